@@ -1,0 +1,48 @@
+"""raydp: sensitivity sampling (Rubinstein & Aldà, ICML 2017) on Ray.
+
+Three steps, as in the paper's R package: pick a mechanism, sample its sensitivity from an oracle,
+release a response whose (ε, δ, γ) comes back with it.
+
+>>> import numpy as np, raydp
+>>> from raydp import oracles, targets
+>>> mech = raydp.Laplace(epsilon=1.0)
+>>> est = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), n=500,
+...                                  mechanism=mech, gamma=0.05, seed=0, progress=False)
+>>> data = np.random.default_rng(1).exponential(1.0, 500)          # private
+>>> r = raydp.sample_then_respond(data, targets.mean(), mech, estimate=est)
+>>> r.gamma
+0.05
+"""
+
+from ._version import __version__
+from .errors import (
+    EngineError,
+    EstimateMismatchError,
+    InvalidArgument,
+    MechanismError,
+    OracleError,
+    PlanError,
+    RaydpError,
+    StoreError,
+    TargetError,
+)
+from .mechanisms import Bernstein, Exponential, Gaussian, Laplace
+from .plan import Plan, plan
+from .release import Release, sample_then_respond
+from .sampler import SensitivityEstimate, estimate_sensitivity
+from . import oracles, targets
+
+
+def load_estimate(uri: str, *, gamma: float | None = None) -> SensitivityEstimate:
+    """Load a stored estimate (see :mod:`raydp.store`); ``gamma`` re-derives Δ̂ for another γ."""
+    from .store import load_estimate as _load
+
+    return _load(uri, gamma=gamma)
+
+
+__all__ = [
+    "__version__", "plan", "Plan", "estimate_sensitivity", "SensitivityEstimate", "sample_then_respond",
+    "Release", "Laplace", "Gaussian", "Exponential", "Bernstein", "oracles", "targets", "load_estimate",
+    "RaydpError", "PlanError", "MechanismError", "OracleError", "TargetError", "EstimateMismatchError",
+    "StoreError", "EngineError", "InvalidArgument",
+]

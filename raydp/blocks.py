@@ -1,0 +1,246 @@
+"""The block function: the only code that draws databases and evaluates the target.
+
+Every backend (in-process, Ray) calls :meth:`PairJob.run_block`, so a result never depends on
+where or in which order blocks run.
+
+Randomness. Pair ``i`` belongs to block ``b = i // block_size``. Block ``b`` draws its records from
+``numpy.random.Generator(PCG64(SeedSequence(seed, spawn_key=(b,))))``, always a full block's worth
+(``block_size · (n + 1)`` records) even when the block is the last, partial one. So the G of pair
+``i`` is a function of ``(seed, block_size, i)`` alone: it does not change with m, with how blocks
+are grouped into tasks, or with the order they run in — and a stored run can be extended to a
+larger m by computing new block indices. The block size is therefore part of a run's identity.
+
+Failures. A pair whose target raises, returns a non-finite value or an output of the wrong shape
+gets G = +∞ and is counted; it is never dropped (dropping would bias Δ̂ down). With
+``strict=True`` the first failure raises :class:`raydp.errors.TargetError` instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import OracleError, TargetError
+
+# Spawn key of the probe database used to learn the target's output shape; no block has it.
+PROBE_KEY = 2**64 - 1
+
+# Default block sizing: at most this many records drawn per block ...
+_RECORDS_PER_BLOCK = 2**16
+# ... and at least about this many blocks per run, so there is work to spread over a cluster.
+_MIN_BLOCKS = 256
+
+
+def default_block_size(n: int, m: int) -> int:
+    """``max(1, min(⌊65536 / (n + 1)⌋, ⌈m / 256⌉))`` pairs per block.
+
+    Small enough that a block's records fit in ~0.5 MB of float64 scalars and that a run has about
+    256 blocks to spread over workers; large enough that cheap targets are vectorised.
+    """
+    return max(1, min(_RECORDS_PER_BLOCK // (n + 1), math.ceil(m / _MIN_BLOCKS)))
+
+
+def block_rng(seed: int, block_index: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(block_index,))))
+
+
+def num_blocks(m: int, block_size: int) -> int:
+    return -(-m // block_size)
+
+
+@dataclass
+class BlockResult:
+    """G values of the pairs of one block, in pair order, and how many of them failed."""
+
+    index: int
+    start: int
+    g: np.ndarray
+    failures: int
+    failure_kinds: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    pairs: int = -1  # pairs evaluated; g may be compacted to the largest values only
+
+    def __post_init__(self):
+        if self.pairs < 0:
+            self.pairs = int(self.g.size)
+
+    @property
+    def complete(self) -> bool:
+        """True when ``g`` holds every pair's G (not only the largest)."""
+        return self.g.size == self.pairs
+
+    def compacted(self, keep: int) -> "BlockResult":
+        """The same result carrying only the ``keep`` largest G: enough for Δ̂ = G_(k)."""
+        from .reduce import largest
+
+        if self.g.size <= keep:
+            return self
+        return BlockResult(self.index, self.start, largest(self.g, keep), self.failures,
+                           dict(self.failure_kinds), self.seconds, self.pairs)
+
+
+@dataclass
+class PairJob:
+    """Everything a worker needs to evaluate blocks. Picklable; shipped to Ray once."""
+
+    target: object
+    oracle: object
+    mechanism: object
+    n: int
+    m: int
+    seed: int
+    block_size: int
+    out_dim: int
+    strict: bool = False
+
+    # ---- databases -------------------------------------------------------------------------
+    def draw(self, block_index: int) -> tuple[np.ndarray, int]:
+        """Records of a block, shaped (pairs_in_block, n + 1, *record_shape)."""
+        start = block_index * self.block_size
+        pairs = min(self.block_size, self.m - start)
+        if pairs <= 0:
+            raise ValueError(f"block {block_index} is past m={self.m}")
+        size = self.block_size * (self.n + 1)
+        records = np.asarray(self.oracle.sample(block_rng(self.seed, block_index), size))
+        if records.ndim < 1 or records.shape[0] != size:
+            raise OracleError(
+                f"oracle.sample(rng, {size}) returned shape {records.shape}; "
+                f"the first axis must have {size} records"
+            )
+        records = records[: pairs * (self.n + 1)]
+        return records.reshape((pairs, self.n + 1) + records.shape[1:]), start
+
+    def neighbours(self, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """D = (x_1..x_n), D′ = (x_1..x_{n−1}, x_{n+1}) for every pair of the block."""
+        n = self.n
+        d = records[:, :n]
+        d_prime = records[:, np.r_[0 : n - 1, n]]
+        return d, d_prime
+
+    # ---- evaluation ------------------------------------------------------------------------
+    def _fail(self, kinds: dict, kind: str, pair_index: int, detail: str = "") -> float:
+        if self.strict:
+            raise TargetError(f"pair {pair_index}: {kind}{': ' + detail if detail else ''} (strict mode)")
+        kinds[kind] = kinds.get(kind, 0) + 1
+        return math.inf
+
+    def _embed(self, value) -> np.ndarray:
+        e = np.asarray(self.mechanism.embed(value), dtype=np.float64)
+        if e.shape != (self.out_dim,):
+            raise _ShapeError(f"output has {e.size} coordinates, expected {self.out_dim}")
+        return e
+
+    def _g_batched(self, d, d_prime, start, kinds) -> np.ndarray | None:
+        batch = getattr(self.target, "batch", None)
+        if batch is None:
+            return None
+        pairs = d.shape[0]
+        try:
+            outs = np.asarray(batch(np.concatenate([d, d_prime])), dtype=np.float64)
+        except Exception:
+            return None  # fall back to pair-by-pair so one bad database fails only its pair
+        if outs.shape[0] != 2 * pairs:
+            return None
+        emb = _embed_rows(self.mechanism, outs)
+        if emb is None or emb.shape != (2 * pairs, self.out_dim):
+            return None
+        a, b = emb[:pairs], emb[pairs:]
+        g = np.asarray(self.mechanism.distance(a, b), dtype=np.float64)
+        bad = ~(np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1) & np.isfinite(g))
+        if bad.any():
+            for j in np.flatnonzero(bad):
+                g[j] = self._fail(kinds, "non-finite output", start + int(j))
+        return g
+
+    def _g_pairwise(self, d, d_prime, start, kinds) -> np.ndarray:
+        pairs = d.shape[0]
+        g = np.empty(pairs, dtype=np.float64)
+        pair_eval = getattr(self.target, "pair", None)
+        for j in range(pairs):
+            i = start + j
+            try:
+                if pair_eval is not None:
+                    fa, fb = pair_eval(d[j], d_prime[j])
+                else:
+                    fa, fb = self.target(d[j]), self.target(d_prime[j])
+                a, b = self._embed(fa), self._embed(fb)
+            except _ShapeError as exc:
+                g[j] = self._fail(kinds, "wrong output shape", i, str(exc))
+                continue
+            except TargetError:
+                if self.strict:
+                    raise
+                g[j] = self._fail(kinds, "target raised", i)
+                continue
+            except Exception as exc:  # any error of a black-box target is a failed pair
+                g[j] = self._fail(kinds, "target raised", i, type(exc).__name__)
+                continue
+            if not (np.isfinite(a).all() and np.isfinite(b).all()):
+                g[j] = self._fail(kinds, "non-finite output", i)
+                continue
+            gj = float(self.mechanism.distance(a[None, :], b[None, :])[0])
+            g[j] = gj if math.isfinite(gj) else self._fail(kinds, "non-finite output", i)
+        return g
+
+    def run_block(self, block_index: int) -> BlockResult:
+        import time
+
+        t0 = time.perf_counter()
+        records, start = self.draw(block_index)
+        d, d_prime = self.neighbours(records)
+        kinds: dict = {}
+        g = self._g_batched(d, d_prime, start, kinds)
+        if g is None:
+            kinds = {}
+            g = self._g_pairwise(d, d_prime, start, kinds)
+        return BlockResult(
+            index=block_index,
+            start=start,
+            g=g,
+            failures=int(sum(kinds.values())),
+            failure_kinds=kinds,
+            seconds=time.perf_counter() - t0,
+        )
+
+    def run_blocks(self, block_indices) -> list[BlockResult]:
+        return [self.run_block(int(b)) for b in block_indices]
+
+
+class _ShapeError(Exception):
+    pass
+
+
+def _embed_rows(mechanism, outs: np.ndarray) -> np.ndarray | None:
+    rows = getattr(mechanism, "embed_batch", None)
+    try:
+        if rows is not None:
+            return np.asarray(rows(outs), dtype=np.float64)
+        return np.stack([np.asarray(mechanism.embed(o), dtype=np.float64) for o in outs])
+    except Exception:
+        return None
+
+
+def probe_output_dim(target, oracle, mechanism, n: int, seed: int) -> int:
+    """Evaluate the target once on a public probe database to learn its output dimension."""
+    rng = block_rng(seed, PROBE_KEY)
+    records = np.asarray(oracle.sample(rng, n))
+    if records.ndim < 1 or records.shape[0] != n:
+        raise OracleError(f"oracle.sample(rng, {n}) returned shape {records.shape}; expected {n} records first")
+    try:
+        value = target(records)
+    except Exception as exc:
+        raise TargetError(
+            f"the target failed on a probe database drawn from the oracle ({type(exc).__name__}: {exc}); "
+            "a target that fails on typical oracle data cannot be sampled"
+        ) from exc
+    try:
+        e = np.asarray(mechanism.embed(value), dtype=np.float64)
+    except Exception as exc:
+        raise TargetError(
+            f"the target's output does not fit the {getattr(mechanism, 'name', 'mechanism')} mechanism: {exc}"
+        ) from exc
+    if e.ndim != 1 or e.size == 0:
+        raise TargetError(f"the mechanism embedded the target output as shape {e.shape}; expected a non-empty vector")
+    return int(e.size)

@@ -1,0 +1,259 @@
+"""The ``raydp`` command line: plan, estimate, show, release.
+
+Every error a user can cause ends the process with exit status 2 and one line on stderr that says
+what is wrong and what is allowed — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+
+from .errors import InvalidArgument, RaydpError
+
+MECHANISMS = ("laplace", "gaussian", "exponential", "bernstein")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump
+        raise InvalidArgument(f"{self.prog}: {message}")
+
+
+def _json_arg(text: str, flag: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{flag} must be a JSON object, e.g. '{{\"rate\": 1.0}}' ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{flag} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def resolve(spec: str, flag: str):
+    """Import ``MOD:ATTR`` (ATTR may be dotted)."""
+    if ":" not in spec:
+        raise InvalidArgument(f"{flag} must look like MODULE:ATTRIBUTE (e.g. raydp.targets:mean), got {spec!r}")
+    mod_name, attr = spec.split(":", 1)
+    try:
+        obj = importlib.import_module(mod_name)
+    except Exception as exc:
+        raise InvalidArgument(f"{flag}: cannot import module {mod_name!r} ({type(exc).__name__}: {exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InvalidArgument(f"{flag}: module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def build(spec: str, args_json: str | None, flag: str, factory_modules: tuple[str, ...]):
+    """Resolve ``spec``; call it with ``args_json`` kwargs when given or when it is a raydp factory."""
+    obj = resolve(spec, flag)
+    kwargs = _json_arg(args_json, flag + "-args") if args_json is not None else None
+    is_factory = spec.split(":", 1)[0] in factory_modules
+    if kwargs is not None or is_factory:
+        try:
+            return obj(**(kwargs or {}))
+        except RaydpError:
+            raise
+        except TypeError as exc:
+            raise InvalidArgument(f"{flag}-args do not fit {spec}: {exc}") from None
+    return obj
+
+
+def build_mechanism(name: str, args_json: str | None, epsilon: float | None = None, delta: float | None = None):
+    from . import mechanisms
+
+    kwargs = _json_arg(args_json, "--mechanism-args") if args_json else {}
+    if epsilon is not None:
+        kwargs["epsilon"] = epsilon
+    if delta is not None:
+        kwargs["delta"] = delta
+    kwargs.setdefault("epsilon", 1.0)  # ε does not change how G is measured
+    if name == "gaussian":
+        kwargs.setdefault("delta", 1e-6)
+        kwargs.setdefault("calibration", "analytic")
+    cls = {"laplace": mechanisms.Laplace, "gaussian": mechanisms.Gaussian,
+           "exponential": mechanisms.Exponential, "bernstein": mechanisms.Bernstein}[name]
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise InvalidArgument(f"--mechanism-args do not fit the {name} mechanism: {exc}") from None
+
+
+def _plan_kwargs(a) -> dict:
+    return {"gamma": a.gamma, "m": a.m, "k": a.k}
+
+
+def _add_plan_flags(p):
+    p.add_argument("--gamma", type=float, help="privacy confidence γ in (0, 1)")
+    p.add_argument("--m", type=int, help="number of neighbouring pairs")
+    p.add_argument("--k", type=int, help="order statistic index (needs --m)")
+
+
+def cmd_plan(a) -> int:
+    from .plan import plan
+
+    p = plan(**_plan_kwargs(a))
+    if a.json:
+        print(json.dumps(p.to_dict()))
+    else:
+        print(f"m = {p.m}  k = {p.k}  gamma = {p.gamma:.7g}  rho = {p.rho:.7g}  (optimised: {p.mode})")
+    return 0
+
+
+def _estimate_summary(est) -> dict:
+    d = est.to_dict()
+    d["sensitivity"] = est.sensitivity if math.isfinite(est.sensitivity) else str(est.sensitivity)
+    d["seconds"] = round(est.seconds, 3)
+    return d
+
+
+def _print_estimate(est, as_json: bool, stream=sys.stdout) -> None:
+    if as_json:
+        print(json.dumps(_estimate_summary(est)), file=stream)
+        return
+    p = est.plan
+    lines = [
+        f"sensitivity  {est.sensitivity:.6g}   ({est.norm} norm, {est.mechanism['name']} mechanism)",
+        f"plan         m={p.m} k={p.k} gamma={p.gamma:.6g} rho={p.rho:.6g} ({p.mode})",
+        f"run          n={est.n} seed={est.seed} block_size={est.block_size}",
+        f"failures     {est.failures}" + (f" {est.failure_kinds}" if est.failures else ""),
+        f"target       {est.target['name']} {json.dumps(est.target['params'])}",
+        f"oracle       {est.oracle['name']} {json.dumps(est.oracle['params'])}",
+    ]
+    print("\n".join(lines), file=stream)
+
+
+def cmd_estimate(a) -> int:
+    from .sampler import estimate_sensitivity
+
+    target = build(a.target, a.target_args, "--target", ("raydp.targets",))
+    oracle = build(a.oracle, a.oracle_args, "--oracle", ("raydp.oracles",))
+    mech = build_mechanism(a.mechanism, a.mechanism_args)
+    options = {}
+    if a.address:
+        options["address"] = a.address
+    est = estimate_sensitivity(
+        target, oracle, a.n, mechanism=mech, seed=a.seed, block_size=a.block_size, backend=a.backend,
+        strict=a.strict, progress=not a.quiet, store=a.out, resume=a.resume, **_plan_kwargs(a), **options,
+    )
+    _print_estimate(est, a.json)
+    return 0
+
+
+def cmd_show(a) -> int:
+    from .store import load_estimate
+
+    est = load_estimate(a.uri, gamma=a.gamma)
+    _print_estimate(est, a.json)
+    if a.plot:
+        from .plots import plot_cdf
+
+        plot_cdf(est, a.plot)
+        if not a.json:
+            print(f"plot         {a.plot}")
+    return 0
+
+
+def _read_data(path: str):
+    import numpy as np
+
+    if path.endswith(".npy"):
+        return np.load(path, allow_pickle=False)
+    from .oracles import bootstrap
+
+    return bootstrap(path).data  # same reader as the bootstrap oracle: Parquet or CSV, numeric
+
+
+def cmd_release(a) -> int:
+    from .release import sample_then_respond
+    from .store import load_estimate
+
+    est = load_estimate(a.estimate)
+    target = build(a.target, a.target_args, "--target", ("raydp.targets",))
+    mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
+    try:
+        data = _read_data(a.data)
+    except FileNotFoundError:
+        raise InvalidArgument(f"--data: no such file {a.data!r}") from None
+    r = sample_then_respond(data, target, mech, estimate=est)
+    if a.ledger:
+        from .ledger import Ledger
+
+        Ledger(a.ledger).record(r)
+    value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
+    out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
+           "sensitivity": r.sensitivity, "mechanism": r.mechanism}
+    print(json.dumps(out) if a.json else f"{value}\n{r.statement()}")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="raydp", description="Sensitivity sampling and random-DP releases on Ray")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("plan", help="m, k, gamma, rho from Theorem 15 / Table 1")
+    _add_plan_flags(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    e = sub.add_parser("estimate", help="estimate the sensitivity of a target from an oracle")
+    e.add_argument("--target", required=True, help="MODULE:ATTR (raydp.targets:svm, mypkg.mod:f)")
+    e.add_argument("--target-args", help="JSON kwargs; calls ATTR(**kwargs) to build the target")
+    e.add_argument("--oracle", required=True, help="MODULE:ATTR (raydp.oracles:exponential, ...)")
+    e.add_argument("--oracle-args", help="JSON kwargs; calls ATTR(**kwargs) to build the oracle")
+    e.add_argument("--n", type=int, required=True, help="database size (records)")
+    _add_plan_flags(e)
+    e.add_argument("--mechanism", choices=MECHANISMS, default="laplace", help="fixes the norm G is measured in")
+    e.add_argument("--mechanism-args", help="JSON kwargs for the mechanism (responses, lattice, dims, ...)")
+    e.add_argument("--seed", type=int)
+    e.add_argument("--block-size", type=int)
+    e.add_argument("--backend", choices=("local", "ray", "auto"), default="local")
+    e.add_argument("--address", help="Ray cluster address (ray backend)")
+    e.add_argument("--out", help="store URI: local path or pyarrow filesystem URI (s3://...)")
+    e.add_argument("--resume", action="store_true", help="continue the run stored at --out")
+    e.add_argument("--strict", action="store_true", help="stop on the first failing pair")
+    e.add_argument("--quiet", action="store_true", help="no progress display")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_estimate)
+
+    s = sub.add_parser("show", help="summarise a stored estimate (and plot the CDF of G)")
+    s.add_argument("uri")
+    s.add_argument("--gamma", type=float, help="re-derive Δ̂ for this gamma from the stored sample")
+    s.add_argument("--plot", help="write the empirical CDF of G to this PNG")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_show)
+
+    r = sub.add_parser("release", help="apply a stored estimate to a private data file")
+    r.add_argument("--estimate", required=True, help="store URI written by raydp estimate --out")
+    r.add_argument("--data", required=True, help="private data: .parquet, .csv or .npy")
+    r.add_argument("--target", required=True)
+    r.add_argument("--target-args")
+    r.add_argument("--mechanism", choices=MECHANISMS, default="laplace")
+    r.add_argument("--mechanism-args")
+    r.add_argument("--epsilon", type=float, required=True)
+    r.add_argument("--delta", type=float)
+    r.add_argument("--ledger", help="privacy budget ledger file to record this release in")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_release)
+    return ap
+
+
+def main(argv=None) -> int:
+    parser = make_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except (RaydpError, ValueError) as exc:
+        print(f"raydp: error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raydp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Ray backend: the same block function as the local backend, as Ray tasks.
+
+Map: one task per group of consecutive blocks; the :class:`~raydp.blocks.PairJob` (oracle, target,
+mechanism) is put in the object store once and passed by reference. The driver keeps a bounded
+number of tasks in flight with ``ray.wait`` and yields results as they finish. When only Δ̂ is
+needed, each task compacts its blocks to their m − k + 1 largest values before returning (the
+first level of the reduce tree); the driver merges those (the second level).
+
+Faults: Ray retries a task whose worker died (``max_retries``); application errors are not
+retried (they are deterministic). A task lost for good raises :class:`raydp.errors.EngineError`;
+the run never finishes with fewer than m pairs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Iterator, Sequence
+
+from ..blocks import BlockResult, PairJob
+from ..errors import EngineError
+from .local import groups_of
+
+_remote_cache: dict = {}
+
+
+def _run_group(job: PairJob, blocks: list[int], compact: int | None) -> list[BlockResult]:
+    results = job.run_blocks(blocks)
+    if compact is not None:
+        results = [r.compacted(compact) for r in results]
+    return results
+
+
+def _remote():
+    import ray
+
+    if "run_group" not in _remote_cache:
+        _remote_cache["run_group"] = ray.remote(_run_group)
+    return _remote_cache["run_group"]
+
+
+def ensure_ray(address: str | None = None, backend: str = "ray", num_cpus: int | None = None) -> None:
+    """Connect to a Ray cluster, or start an embedded one bound to 127.0.0.1.
+
+    ``address`` (or ``RAY_ADDRESS``, set inside ``ray job submit``) selects a running cluster.
+    Without one, ``backend="auto"`` and ``"ray"`` both start a local Ray in this process.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    kwargs = dict(log_to_driver=True, configure_logging=False)
+    if address:
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as exc:
+            raise EngineError(f"cannot connect to the Ray cluster at {address!r}: {exc}".splitlines()[0]) from exc
+        return
+    ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
+
+
+def cluster_cpus() -> int:
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def run_blocks(
+    job: PairJob,
+    blocks: Sequence[int],
+    *,
+    backend: str = "ray",
+    address: str | None = None,
+    group_size: int | None = None,
+    max_in_flight: int | None = None,
+    num_cpus: float = 1,
+    memory: int | None = None,
+    max_retries: int = 3,
+    compact: int | None = None,
+    ray_init_cpus: int | None = None,
+) -> Iterator[BlockResult]:
+    """Run ``blocks`` as Ray tasks; yield each block's result as its task finishes.
+
+    ``num_cpus``/``memory`` are per task (raise ``num_cpus`` for multi-threaded targets).
+    ``group_size`` blocks go to one task (default: about four tasks per CPU slot).
+    ``compact``: forward only that many largest G per block (Δ̂ only, no sample).
+    """
+    import ray
+    from ray.exceptions import RayTaskError
+
+    ensure_ray(address, backend, ray_init_cpus)
+    blocks = list(blocks)
+    if not blocks:
+        return
+    slots = max(1, int(cluster_cpus() // max(num_cpus, 1e-9)))
+    if group_size is None:
+        group_size = max(1, math.ceil(len(blocks) / (4 * slots)))
+    if max_in_flight is None:
+        max_in_flight = 2 * slots
+    options = dict(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False)
+    if memory is not None:
+        options["memory"] = memory
+    task = _remote().options(**options)
+    job_ref = ray.put(job)
+
+    pending = groups_of(blocks, group_size)
+    pending.reverse()  # pop() from the end submits groups in block order
+    in_flight: dict = {}
+    try:
+        while pending or in_flight:
+            while pending and len(in_flight) < max_in_flight:
+                group = pending.pop()
+                in_flight[task.remote(job_ref, group, compact)] = group
+            done, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in done:
+                group = in_flight.pop(ref)
+                try:
+                    results = ray.get(ref)
+                except RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    raise (cause if isinstance(cause, Exception) else exc) from None
+                except ray.exceptions.RayError as exc:
+                    raise EngineError(
+                        f"blocks {group[0]}..{group[-1]} were lost after {max_retries} retries "
+                        f"({type(exc).__name__}); the run stops rather than return fewer than m pairs. "
+                        "Rerun with a store and resume=True to keep finished blocks."
+                    ) from exc
+                yield from results
+    finally:
+        for ref in in_flight:
+            ray.cancel(ref, force=False)

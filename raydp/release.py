@@ -1,0 +1,108 @@
+"""Sample-Then-Respond (Algorithm 2): release M_Δ̂(f(D)) with its (ε, δ, γ) statement.
+
+Δ̂ never depends on the private data D: it is computed from the oracle (or loaded from a store),
+then the mechanism runs once on f(D). Reusing one Δ̂ for many releases is fine (the paper's offline
+amortisation); each release still spends its own ε and δ.
+
+>>> import numpy as np, raydp
+>>> from raydp import oracles, targets
+>>> data = np.random.default_rng(0).exponential(1.0, size=200)   # the private data
+>>> r = raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0),
+...                               oracle=oracles.exponential(1.0), gamma=0.1, seed=1)
+>>> (r.epsilon, r.delta, r.gamma)
+(1.0, 0.0, 0.1)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import EstimateMismatchError, InvalidArgument, MechanismError
+from .identity import describe
+from .sampler import SensitivityEstimate, estimate_sensitivity
+
+# Mechanism parameters that do not change how G is measured: an estimate made under one value
+# serves releases under any other.
+_BUDGET_PARAMS = {"epsilon", "delta", "calibration"}
+
+
+@dataclass(frozen=True)
+class Release:
+    """A private response and the privacy it was released under."""
+
+    value: object
+    epsilon: float
+    delta: float
+    gamma: float
+    sensitivity: float
+    mechanism: str
+    estimate: dict = field(default_factory=dict, repr=False)
+
+    def statement(self) -> str:
+        notion = "ε" if self.delta == 0 else "(ε, δ)"
+        return (f"({self.epsilon:g}, {self.delta:g}, {self.gamma:g})-random differential privacy: "
+                f"{notion}-DP for all but a γ={self.gamma:g} fraction of neighbouring databases drawn "
+                f"from the oracle; {self.mechanism} mechanism with sensitivity {self.sensitivity:.6g}")
+
+
+def _measurement(identity: dict) -> dict:
+    params = {k: v for k, v in identity.get("params", {}).items() if k not in _BUDGET_PARAMS}
+    return {"name": identity.get("name"), "params": params}
+
+
+def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int) -> None:
+    """Refuse an estimate computed for another target, mechanism norm or database size."""
+    problems = []
+    if estimate.n != n:
+        problems.append(f"it was computed for n={estimate.n} records, the data has n={n}")
+    if estimate.norm != mechanism.norm:
+        problems.append(f"it measures G in {estimate.norm}, the {mechanism.name} mechanism needs {mechanism.norm}")
+    elif _measurement(estimate.mechanism) != _measurement(describe(mechanism)):
+        problems.append(f"it was computed for mechanism {_measurement(estimate.mechanism)}, "
+                        f"not {_measurement(describe(mechanism))}")
+    if estimate.target != describe(target):
+        problems.append(f"it was computed for target {estimate.target['name']} {estimate.target['params']}, "
+                        f"not {describe(target)['name']} {describe(target)['params']}")
+    if problems:
+        raise EstimateMismatchError("stored estimate does not fit this release: " + "; ".join(problems))
+    if not math.isfinite(estimate.sensitivity):
+        raise MechanismError(
+            f"the estimated sensitivity is {estimate.sensitivity} because {estimate.failures} of "
+            f"m={estimate.plan.m} pairs failed (at least m-k+1={estimate.plan.keep}); "
+            "fix the target or the oracle before releasing"
+        )
+
+
+def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimate | None = None,
+                        oracle=None, gamma=None, m=None, k=None, seed=None, **sampler_options) -> Release:
+    """Release ``mechanism`` applied to ``target(data)`` with a sampled (or given) Δ̂.
+
+    Give ``estimate`` to reuse a precomputed Δ̂ (it must match the target, the mechanism's norm and
+    ``len(data)``), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now.
+    """
+    data = np.asarray(data)
+    if data.ndim < 1 or data.shape[0] < 1:
+        raise InvalidArgument(f"data must be an array with records along the first axis, got shape {data.shape}")
+    n = int(data.shape[0])
+    if estimate is None:
+        if oracle is None:
+            raise InvalidArgument("give either estimate= (a precomputed Δ̂) or oracle= and a plan to sample one")
+        sampler_options.setdefault("progress", False)
+        estimate = estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=gamma, m=m, k=k,
+                                        seed=seed, **sampler_options)
+    elif any(v is not None for v in (oracle, gamma, m, k, seed)):
+        raise InvalidArgument("estimate= was given: do not also give oracle, gamma, m, k or seed")
+    check_estimate_fits(estimate, target, mechanism, n)
+    value = target(data)
+    embedded = np.asarray(mechanism.embed(value))
+    if embedded.size != estimate.output_dim:
+        raise EstimateMismatchError(
+            f"target output on the data has {embedded.size} coordinates; the estimate was for {estimate.output_dim}"
+        )
+    released = mechanism.release(value, estimate.sensitivity)
+    eps, delta = mechanism.privacy()
+    return Release(value=released, epsilon=float(eps), delta=float(delta), gamma=estimate.gamma,
+                   sensitivity=estimate.sensitivity, mechanism=mechanism.name, estimate=estimate.provenance())

@@ -43,3 +43,14 @@ def describe(obj: Any) -> dict:
 def fingerprint(obj: Any) -> str:
     """Canonical JSON of ``describe(obj)``; equal strings mean the same configured object."""
     return json.dumps(describe(obj), sort_keys=True)
+
+
+# Mechanism parameters that do not change how G is measured: an estimate made under one value
+# serves releases under any other.
+BUDGET_PARAMS = frozenset({"epsilon", "delta", "calibration"})
+
+
+def measurement(mechanism_identity: dict) -> dict:
+    """The part of a mechanism's identity that fixes its norm (name and e.g. lattice, responses)."""
+    params = {k: v for k, v in mechanism_identity.get("params", {}).items() if k not in BUDGET_PARAMS}
+    return {"name": mechanism_identity.get("name"), "params": params}

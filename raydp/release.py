@@ -21,13 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import EstimateMismatchError, InvalidArgument, MechanismError
-from .identity import describe
+from .identity import describe, measurement
 from .sampler import SensitivityEstimate, estimate_sensitivity
-
-# Mechanism parameters that do not change how G is measured: an estimate made under one value
-# serves releases under any other.
-_BUDGET_PARAMS = {"epsilon", "delta", "calibration"}
-
 
 @dataclass(frozen=True)
 class Release:
@@ -48,11 +43,6 @@ class Release:
                 f"from the oracle; {self.mechanism} mechanism with sensitivity {self.sensitivity:.6g}")
 
 
-def _measurement(identity: dict) -> dict:
-    params = {k: v for k, v in identity.get("params", {}).items() if k not in _BUDGET_PARAMS}
-    return {"name": identity.get("name"), "params": params}
-
-
 def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int) -> None:
     """Refuse an estimate computed for another target, mechanism norm or database size."""
     problems = []
@@ -60,9 +50,9 @@ def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int
         problems.append(f"it was computed for n={estimate.n} records, the data has n={n}")
     if estimate.norm != mechanism.norm:
         problems.append(f"it measures G in {estimate.norm}, the {mechanism.name} mechanism needs {mechanism.norm}")
-    elif _measurement(estimate.mechanism) != _measurement(describe(mechanism)):
-        problems.append(f"it was computed for mechanism {_measurement(estimate.mechanism)}, "
-                        f"not {_measurement(describe(mechanism))}")
+    elif measurement(estimate.mechanism) != measurement(describe(mechanism)):
+        problems.append(f"it was computed for mechanism {measurement(estimate.mechanism)}, "
+                        f"not {measurement(describe(mechanism))}")
     if estimate.target != describe(target):
         problems.append(f"it was computed for target {estimate.target['name']} {estimate.target['params']}, "
                         f"not {describe(target)['name']} {describe(target)['params']}")

@@ -111,7 +111,8 @@ def _estimate_summary(est) -> dict:
     return d
 
 
-def _print_estimate(est, as_json: bool, stream=sys.stdout) -> None:
+def _print_estimate(est, as_json: bool, stream=None) -> None:
+    stream = sys.stdout if stream is None else stream
     if as_json:
         print(json.dumps(_estimate_summary(est)), file=stream)
         return

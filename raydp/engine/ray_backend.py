@@ -13,6 +13,7 @@ the run never finishes with fewer than m pairs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Iterator, Sequence
@@ -39,7 +40,7 @@ def _remote():
     return _remote_cache["run_group"]
 
 
-def ensure_ray(address: str | None = None, backend: str = "ray", num_cpus: int | None = None) -> None:
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to a Ray cluster, or start an embedded one bound to 127.0.0.1.
 
     ``address`` (or ``RAY_ADDRESS``, set inside ``ray job submit``) selects a running cluster.
@@ -48,6 +49,14 @@ def ensure_ray(address: str | None = None, backend: str = "ray", num_cpus: int |
     import ray
 
     if ray.is_initialized():
+        if address:
+            import re
+
+            current = ray.get_runtime_context().gcs_address or ""
+            port = re.search(r":(\d+)/?$", str(address))
+            if port and current and current.rsplit(":", 1)[-1] != port.group(1):
+                raise EngineError(f"Ray is already connected to {current}; cannot also use address {address!r} "
+                                  "in this process")
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs = dict(log_to_driver=True, configure_logging=False)
@@ -57,13 +66,47 @@ def ensure_ray(address: str | None = None, backend: str = "ray", num_cpus: int |
         except Exception as exc:
             raise EngineError(f"cannot connect to the Ray cluster at {address!r}: {exc}".splitlines()[0]) from exc
         return
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
+    with _loopback_only():
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
+
+
+@contextlib.contextmanager
+def _loopback_only():
+    """Keep an embedded Ray on 127.0.0.1.
+
+    Ray (2.x) rewrites ``_node_ip_address="127.0.0.1"`` to the machine's routable address
+    (``services.resolve_ip_for_localhost``) and then binds GCS, raylet and workers to it. It only
+    keeps the loopback address when ``ray_constants.ENABLE_RAY_CLUSTER`` is false, so that is
+    switched off while the local instance starts (the started processes get the node IP from
+    their command line, so nothing else changes). Best effort: a Ray without the constant is left
+    alone.
+    """
+    try:
+        from ray._private import ray_constants
+    except Exception:  # pragma: no cover - private module moved
+        yield
+        return
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):  # pragma: no cover
+        yield
+        return
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def cluster_cpus() -> int:
     import ray
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def largest_node_cpus() -> float:
+    import ray
+
+    return max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
 
 
 def run_blocks(
@@ -89,10 +132,15 @@ def run_blocks(
     import ray
     from ray.exceptions import RayTaskError
 
-    ensure_ray(address, backend, ray_init_cpus)
+    ensure_ray(address, ray_init_cpus)
     blocks = list(blocks)
     if not blocks:
         return
+    biggest = largest_node_cpus()
+    if num_cpus > biggest and not os.environ.get("RAYDP_ALLOW_AUTOSCALE"):
+        # Ray would wait forever for a node that never comes; say so instead of hanging.
+        raise EngineError(f"num_cpus={num_cpus} per task but the largest node has {biggest:g} CPUs; lower "
+                          "num_cpus or add bigger nodes (set RAYDP_ALLOW_AUTOSCALE=1 if an autoscaler will)")
     slots = max(1, int(cluster_cpus() // max(num_cpus, 1e-9)))
     if group_size is None:
         group_size = max(1, math.ceil(len(blocks) / (4 * slots)))
@@ -122,8 +170,9 @@ def run_blocks(
                     raise (cause if isinstance(cause, Exception) else exc) from None
                 except ray.exceptions.RayError as exc:
                     raise EngineError(
-                        f"blocks {group[0]}..{group[-1]} were lost after {max_retries} retries "
-                        f"({type(exc).__name__}); the run stops rather than return fewer than m pairs. "
+                        f"blocks {group[0]}..{group[-1]} were lost ({type(exc).__name__}; Ray retries a dead "
+                        f"worker's task up to {max_retries} times); the run stops rather than return fewer "
+                        "than m pairs. "
                         "Rerun with a store and resume=True to keep finished blocks."
                     ) from exc
                 yield from results

@@ -1,0 +1,99 @@
+"""Sample-Then-Respond: the estimate never sees the data, mismatched estimates are refused."""
+
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import raydp
+from raydp import oracles, targets
+from raydp.errors import EstimateMismatchError, InvalidArgument
+from raydp.progress import Progress
+
+N = 200
+
+
+@pytest.fixture(scope="module")
+def est():
+    return raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), N, gamma=0.1, seed=3,
+                                      progress=False)
+
+
+def test_sampled_sensitivity_does_not_depend_on_the_private_data():
+    rng = np.random.default_rng(0)
+    a = raydp.sample_then_respond(rng.exponential(1.0, N), targets.mean(), raydp.Laplace(1.0),
+                                  oracle=oracles.exponential(1.0), gamma=0.1, seed=9)
+    b = raydp.sample_then_respond(rng.exponential(50.0, N) + 1e6, targets.mean(), raydp.Laplace(1.0),
+                                  oracle=oracles.exponential(1.0), gamma=0.1, seed=9)
+    assert a.sensitivity == b.sensitivity
+    assert (a.epsilon, a.delta, a.gamma) == (1.0, 0.0, 0.1)
+
+
+def test_release_is_value_plus_laplace_noise(est):
+    data = np.random.default_rng(1).exponential(1.0, N)
+    mech = raydp.Laplace(2.0)
+    draws = np.array([float(raydp.sample_then_respond(data, targets.mean(), mech, estimate=est).value)
+                      for _ in range(2000)])
+    scale = est.sensitivity / 2.0
+    # KS test of the noise against Laplace(0, Δ̂/ε); false-alarm rate 1e-4 (OpenDP noise is not seedable)
+    assert stats.kstest(draws - data.mean(), "laplace", args=(0, scale)).pvalue > 1e-4
+
+
+def test_one_estimate_serves_any_epsilon_and_calibration():
+    est = raydp.estimate_sensitivity(targets.mean(), oracles.normal(0, 1, dim=3), 50, gamma=0.1, seed=1,
+                                     mechanism=raydp.Gaussian(0.5, 1e-5), progress=False)
+    data = np.random.default_rng(2).normal(size=(50, 3))
+    r = raydp.sample_then_respond(data, targets.mean(), raydp.Gaussian(2.0, 1e-6, calibration="analytic"),
+                                  estimate=est)
+    assert r.value.shape == (3,) and (r.epsilon, r.delta) == (2.0, 1e-6)
+
+
+def test_mismatched_estimates_are_refused(est):
+    data = np.random.default_rng(1).exponential(1.0, N)
+    with pytest.raises(EstimateMismatchError, match="l1"):
+        raydp.sample_then_respond(data, targets.mean(), raydp.Gaussian(0.5, 1e-5), estimate=est)
+    with pytest.raises(EstimateMismatchError, match="n=200"):
+        raydp.sample_then_respond(data[:100], targets.mean(), raydp.Laplace(1.0), estimate=est)
+    with pytest.raises(EstimateMismatchError, match="target"):
+        raydp.sample_then_respond(data, targets.median(), raydp.Laplace(1.0), estimate=est)
+    resp = [0.0, 0.5, 1.0]
+    score = lambda db: -np.abs(np.median(db) - np.array(resp))  # noqa: E731
+    e3 = raydp.estimate_sensitivity(score, oracles.uniform(0, 1), 21, gamma=0.2, seed=0, progress=False,
+                                    mechanism=raydp.Exponential(1.0, resp))
+    with pytest.raises(EstimateMismatchError, match="responses"):
+        raydp.sample_then_respond(np.linspace(0, 1, 21), score, raydp.Exponential(1.0, [0.0, 0.25, 1.0]),
+                                  estimate=e3)
+
+
+def test_estimate_xor_sampling_arguments(est):
+    data = np.ones(N)
+    with pytest.raises(InvalidArgument, match="do not also give"):
+        raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0), estimate=est, gamma=0.1)
+    with pytest.raises(InvalidArgument, match="either estimate"):
+        raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0))
+
+
+def test_statement_names_the_guarantee(est):
+    r = raydp.sample_then_respond(np.ones(N), targets.mean(), raydp.Laplace(0.5), estimate=est)
+    assert r.statement().startswith("(0.5, 0, 0.1)-random differential privacy")
+
+
+def test_progress_line_shows_rate_and_eta():
+    buf = io.StringIO()
+    bar = Progress(total=1000, stream=buf, force=True, min_interval=0)
+    bar.update(250)
+    bar.close()
+    assert re.search(r"pairs\s+250/1,000\s+25\.0%.*pairs/s\s+ETA", buf.getvalue())
+    quiet = io.StringIO()
+    Progress(total=10, stream=quiet).update(5)  # not a terminal: silent
+    assert quiet.getvalue() == ""
+
+
+def test_readme_python_example_runs():
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"## Python in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 12
+    exec(compile(code, "README.md", "exec"), {})

@@ -1,0 +1,113 @@
+"""Shared plumbing for the Ray jobs in this directory (flags, engine options, printing, exit codes).
+
+Every job runs the same two ways:
+
+    python jobs/X.py ...                                   # embedded Ray on 127.0.0.1 (backend auto)
+    ray job submit --working-dir . -- python jobs/X.py ... # RAY_ADDRESS is set: joins that cluster
+
+With ``--backend auto`` (the default) raydp connects to ``--address`` or ``RAY_ADDRESS`` when one
+is given, and otherwise starts a local Ray inside the job (``--num-cpus`` caps it). ``--backend
+local`` runs everything in the job's own process, without Ray.
+
+Jobs import only ``raydp`` and this module; the job directory is put on ``sys.path`` (by the job,
+only if missing) so that ``import _common`` works however the script is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Callable
+
+BACKENDS = ("auto", "ray", "local")
+
+
+def add_common_flags(parser: argparse.ArgumentParser, *, out_default: str) -> None:
+    """--backend --address --num-cpus --seed --out --quiet."""
+    g = parser.add_argument_group("engine and output")
+    g.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="auto: the Ray cluster at --address/RAY_ADDRESS, else an embedded local Ray; "
+                        "ray: same, always through Ray; local: in this process, no Ray (default: auto)")
+    g.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, set by `ray job submit`)")
+    g.add_argument("--num-cpus", type=int, metavar="N",
+                   help="CPUs of the embedded Ray started when there is no cluster (default: all)")
+    g.add_argument("--seed", type=int, default=0, help="sampler seed; fixes every G value (default: 0)")
+    g.add_argument("--out", default=out_default, metavar="DIR", help=f"output directory (default: {out_default})")
+    g.add_argument("--quiet", action="store_true", help="no progress display and no per-step messages")
+
+
+def engine_options(args: argparse.Namespace) -> dict:
+    """The ``estimate_sensitivity(**engine_options)`` for the chosen backend."""
+    from raydp.errors import InvalidArgument
+
+    if args.backend == "local":
+        if args.address:
+            raise InvalidArgument("--address needs --backend auto or ray")
+        return {}
+    options = {}
+    if args.address:
+        options["address"] = args.address
+    if args.num_cpus is not None:
+        if args.num_cpus < 1:
+            raise InvalidArgument("--num-cpus must be >= 1")
+        options["ray_init_cpus"] = args.num_cpus  # only used when an embedded Ray is started
+    return options
+
+
+def where(args: argparse.Namespace) -> str:
+    """One phrase saying where the pairs run, for the job's log."""
+    if args.backend == "local":
+        return "in-process (backend local)"
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    return f"Ray cluster at {address}" if address else "embedded local Ray on 127.0.0.1"
+
+
+def say(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet:
+        print(message, file=sys.stderr, flush=True)
+
+
+def fmt(x: float) -> str:
+    return f"{x:.6g}" if math.isfinite(x) else str(x)
+
+
+def print_summary(est, *, uri: str | None = None, stream=None, as_json: bool = False) -> None:
+    """Print an estimate: Δ̂, its plan and norm, the run identity, failures and (if any) its store."""
+    stream = sys.stdout if stream is None else stream
+    p = est.plan
+    if as_json:
+        d = est.to_dict()
+        d["sensitivity"] = est.sensitivity if math.isfinite(est.sensitivity) else str(est.sensitivity)
+        d["seconds"] = round(est.seconds, 3)
+        d["store"] = uri
+        print(json.dumps(d), file=stream)
+        return
+    lines = [
+        f"sensitivity  {fmt(est.sensitivity)}   ({est.norm} norm, {est.mechanism['name']} mechanism)",
+        f"plan         m={p.m} k={p.k} gamma={p.gamma:.6g} rho={p.rho:.6g} ({p.mode})",
+        f"run          n={est.n} seed={est.seed} block_size={est.block_size} seconds={est.seconds:.2f}",
+        f"failures     {est.failures}" + (f" {est.failure_kinds}" if est.failures else ""),
+        f"target       {est.target['name']} {json.dumps(est.target['params'])}",
+        f"oracle       {est.oracle['name']} {json.dumps(est.oracle['params'])}",
+    ]
+    if uri is not None:
+        lines.append(f"store        {uri}")
+    print("\n".join(lines), file=stream, flush=True)
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run a job's ``main``: raydp errors end in one line on stderr and exit status 2."""
+    from raydp.errors import RaydpError
+
+    name = os.path.basename(sys.argv[0]) or "job"
+    try:
+        return int(main(argv) or 0)
+    except (RaydpError, ValueError) as exc:
+        print(f"{name}: error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130

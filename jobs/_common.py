@@ -16,7 +16,6 @@ only if missing) so that ``import _common`` works however the script is started.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -75,27 +74,10 @@ def fmt(x: float) -> str:
 
 
 def print_summary(est, *, uri: str | None = None, stream=None, as_json: bool = False) -> None:
-    """Print an estimate: Δ̂, its plan and norm, the run identity, failures and (if any) its store."""
-    stream = sys.stdout if stream is None else stream
-    p = est.plan
-    if as_json:
-        d = est.to_dict()
-        d["sensitivity"] = est.sensitivity if math.isfinite(est.sensitivity) else str(est.sensitivity)
-        d["seconds"] = round(est.seconds, 3)
-        d["store"] = uri
-        print(json.dumps(d), file=stream)
-        return
-    lines = [
-        f"sensitivity  {fmt(est.sensitivity)}   ({est.norm} norm, {est.mechanism['name']} mechanism)",
-        f"plan         m={p.m} k={p.k} gamma={p.gamma:.6g} rho={p.rho:.6g} ({p.mode})",
-        f"run          n={est.n} seed={est.seed} block_size={est.block_size} seconds={est.seconds:.2f}",
-        f"failures     {est.failures}" + (f" {est.failure_kinds}" if est.failures else ""),
-        f"target       {est.target['name']} {json.dumps(est.target['params'])}",
-        f"oracle       {est.oracle['name']} {json.dumps(est.oracle['params'])}",
-    ]
-    if uri is not None:
-        lines.append(f"store        {uri}")
-    print("\n".join(lines), file=stream, flush=True)
+    """Print an estimate the way ``raydp estimate`` does."""
+    from raydp.cli import print_estimate
+
+    print_estimate(est, as_json=as_json, uri=uri, stream=stream)
 
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

@@ -104,28 +104,30 @@ def cmd_plan(a) -> int:
     return 0
 
 
-def _estimate_summary(est) -> dict:
-    d = est.to_dict()
-    d["sensitivity"] = est.sensitivity if math.isfinite(est.sensitivity) else str(est.sensitivity)
-    d["seconds"] = round(est.seconds, 3)
-    return d
-
-
-def _print_estimate(est, as_json: bool, stream=None) -> None:
+def print_estimate(est, *, as_json: bool = False, uri: str | None = None, stream=None) -> None:
+    """Print an estimate: Δ̂, plan and norm, run identity, failures and (if any) its store."""
     stream = sys.stdout if stream is None else stream
+    finite = math.isfinite(est.sensitivity)
     if as_json:
-        print(json.dumps(_estimate_summary(est)), file=stream)
+        d = est.to_dict()
+        d["sensitivity"] = est.sensitivity if finite else str(est.sensitivity)
+        d["seconds"] = round(est.seconds, 3)
+        if uri is not None:
+            d["store"] = uri
+        print(json.dumps(d), file=stream, flush=True)
         return
     p = est.plan
     lines = [
         f"sensitivity  {est.sensitivity:.6g}   ({est.norm} norm, {est.mechanism['name']} mechanism)",
         f"plan         m={p.m} k={p.k} gamma={p.gamma:.6g} rho={p.rho:.6g} ({p.mode})",
-        f"run          n={est.n} seed={est.seed} block_size={est.block_size}",
+        f"run          n={est.n} seed={est.seed} block_size={est.block_size} seconds={est.seconds:.2f}",
         f"failures     {est.failures}" + (f" {est.failure_kinds}" if est.failures else ""),
         f"target       {est.target['name']} {json.dumps(est.target['params'])}",
         f"oracle       {est.oracle['name']} {json.dumps(est.oracle['params'])}",
     ]
-    print("\n".join(lines), file=stream)
+    if uri is not None:
+        lines.append(f"store        {uri}")
+    print("\n".join(lines), file=stream, flush=True)
 
 
 def cmd_estimate(a) -> int:
@@ -141,7 +143,7 @@ def cmd_estimate(a) -> int:
         target, oracle, a.n, mechanism=mech, seed=a.seed, block_size=a.block_size, backend=a.backend,
         strict=a.strict, progress=not a.quiet, store=a.out, resume=a.resume, **_plan_kwargs(a), **options,
     )
-    _print_estimate(est, a.json)
+    print_estimate(est, as_json=a.json, uri=a.out)
     return 0
 
 
@@ -149,7 +151,7 @@ def cmd_show(a) -> int:
     from .store import load_estimate
 
     est = load_estimate(a.uri, gamma=a.gamma)
-    _print_estimate(est, a.json)
+    print_estimate(est, as_json=a.json)
     if a.plot:
         from .plots import plot_cdf
 

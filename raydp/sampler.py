@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 import time
 from dataclasses import dataclass, field, replace

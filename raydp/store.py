@@ -188,6 +188,15 @@ class Store:
         return done, top, sample
 
 
+def _failure_totals(done: dict) -> tuple[int, dict]:
+    """Total failures and failures by kind over the stored blocks."""
+    kinds: dict = {}
+    for _, block_kinds in done.values():
+        for key, v in block_kinds.items():
+            kinds[key] = kinds.get(key, 0) + v
+    return sum(f for f, _ in done.values()), kinds
+
+
 def _digest(blocks: np.ndarray, pairs: np.ndarray, g: np.ndarray) -> str:
     h = hashlib.sha256()
     for a in (blocks, pairs, g):
@@ -230,11 +239,7 @@ def run_with_store(job: PairJob, plan: Plan, identity: dict, uri: str, *, resume
     store.write_json("meta.json", meta)
 
     done, top, _ = store.scan(plan, job.block_size, want_sample=False)
-    failures = sum(f for f, _ in done.values())
-    kinds: dict = {}
-    for _, kd in done.values():
-        for key, v in kd.items():
-            kinds[key] = kinds.get(key, 0) + v
+    failures, kinds = _failure_totals(done)
     todo = [b for b in range(num_blocks(plan.m, job.block_size)) if b not in done]
     if done:
         log.info("resuming %s: %d blocks stored, %d to run", uri, len(done), len(todo))
@@ -288,11 +293,7 @@ def load_estimate(uri: str, *, gamma: float | None = None):
     if len(done) != total:
         raise StoreError(f"store {uri!r} is incomplete: {len(done)} of {total} blocks verified; "
                          "finish it with resume=True (raydp estimate ... --out URI --resume)")
-    failures = sum(f for f, _ in done.values())
-    kinds: dict = {}
-    for _, kd in done.values():
-        for key, v in kd.items():
-            kinds[key] = kinds.get(key, 0) + v
+    failures, kinds = _failure_totals(done)
     est = SensitivityEstimate(
         sensitivity=kth_smallest(sample, plan.k), plan=plan, n=int(prov["n"]), seed=int(prov["seed"]),
         block_size=int(prov["block_size"]), failures=failures, failure_kinds=kinds, mechanism=prov["mechanism"],

@@ -141,6 +141,16 @@ class Mechanism:
         """The target output as a 1-D float64 vector (a point of the normed space B)."""
         return _as_float_array(value, "target output").ravel()
 
+    def embed_batch(self, values) -> np.ndarray:
+        """Embed many outputs at once: ``(B, ...) -> (B, d)``; what a target's batch form returns.
+
+        The base embedding is a ravel, so a numeric array is reshaped in one step (this is the
+        hot path for cheap batched targets); subclasses with their own ``embed`` go row by row.
+        """
+        if type(self).embed is Mechanism.embed and isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+            return np.asarray(values, dtype=np.float64).reshape(values.shape[0], -1)
+        return np.stack([self.embed(v) for v in values])
+
     def distance(self, a, b) -> np.ndarray:
         """Row-wise ``‖a − b‖`` in this mechanism's norm: ``(p, d) x (p, d) -> (p,)``.
 

@@ -132,10 +132,10 @@ def run_blocks(
     import ray
     from ray.exceptions import RayTaskError
 
-    ensure_ray(address, ray_init_cpus)
     blocks = list(blocks)
-    if not blocks:
+    if not blocks:  # e.g. a resumed store that is already complete: no need to start Ray
         return
+    ensure_ray(address, ray_init_cpus)
     biggest = largest_node_cpus()
     if num_cpus > biggest and not os.environ.get("RAYDP_ALLOW_AUTOSCALE"):
         # Ray would wait forever for a node that never comes; say so instead of hanging.

@@ -1,0 +1,200 @@
+"""Shared pieces of the baselines: argument checks, the median convention, the release record.
+
+The median convention. Every median baseline works with the *order statistic* of rank
+``m = ⌈n/2⌉`` (1-based), i.e. ``x_((n+1)//2)`` of the sorted data: the median for odd ``n`` and the
+*lower* median for even ``n``. That is the function Nissim, Raskhodnikova & Smith (2007, §3.1)
+analyse, and every closed form here (local, smooth and inverse sensitivity, PTR's distance to
+an unsafe database) is exact for it. ``numpy.median`` averages the two middle values for even ``n``;
+the two differ by half of one gap between order statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from numbers import Real
+
+import numpy as np
+
+from raydp.errors import InvalidArgument, MechanismError
+
+__all__ = ["BaselineRelease", "median_rank", "lower_median", "LowerMedian", "median_target"]
+
+EPS_DP = "ε-DP"
+EPS_DELTA_DP = "(ε, δ)-DP"
+
+
+@dataclass(frozen=True)
+class BaselineRelease:
+    """One private answer of a baseline and the privacy it was released under.
+
+    ``value`` is the released number, or ``None`` for PTR's ⊥ (the test refused to answer).
+    ``notion`` is ``"ε-DP"`` or ``"(ε, δ)-DP"`` — every baseline here is a *worst-case* DP mechanism
+    (no γ). ``scale`` is the scale of the noise that was added (0 for selection mechanisms, whose
+    randomness is the selection). ``info`` holds method-specific numbers (smooth sensitivity, PTR's
+    distance, the Winsorization interval, ...).
+    """
+
+    value: float | None
+    epsilon: float
+    delta: float
+    notion: str
+    method: str
+    scale: float = 0.0
+    info: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def refused(self) -> bool:
+        """True when the mechanism returned ⊥ (only PTR does)."""
+        return self.value is None
+
+
+def check_epsilon(epsilon, what: str = "epsilon") -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
+        raise MechanismError(f"{what} must be a real number > 0, got {epsilon!r}")
+    eps = float(epsilon)
+    if not math.isfinite(eps) or eps <= 0:
+        raise MechanismError(f"{what} must be finite and > 0, got {eps!r}")
+    return eps
+
+
+def check_delta(delta, *, allow_zero: bool = False) -> float:
+    if isinstance(delta, bool) or not isinstance(delta, Real):
+        raise MechanismError(f"delta must be a real number in (0, 1), got {delta!r}")
+    d = float(delta)
+    if allow_zero and d == 0.0:
+        return 0.0
+    if not (0.0 < d < 1.0):
+        raise MechanismError(f"delta must lie strictly between 0 and 1, got {d!r}")
+    return d
+
+
+def check_beta(beta) -> float:
+    if isinstance(beta, bool) or not isinstance(beta, Real):
+        raise InvalidArgument(f"beta must be a real number > 0, got {beta!r}")
+    b = float(beta)
+    if not math.isfinite(b) or b <= 0:
+        raise InvalidArgument(f"beta (the smoothness parameter) must be finite and > 0, got {b!r}")
+    return b
+
+
+def check_bounds(lower, upper) -> tuple[float, float]:
+    for name, v in (("lower", lower), ("upper", upper)):
+        if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(float(v)):
+            raise InvalidArgument(f"{name} must be a finite real number, got {v!r}")
+    lo, hi = float(lower), float(upper)
+    if not lo < hi:
+        raise InvalidArgument(f"the public range needs lower < upper, got [{lo}, {hi}]")
+    return lo, hi
+
+
+def check_data(x, lower: float | None = None, upper: float | None = None, *, min_size: int = 1) -> np.ndarray:
+    """``x`` as a 1-D float64 array of finite values, inside ``[lower, upper]`` when bounds are given.
+
+    Data outside the public range are refused rather than silently clipped: clipping is a choice
+    the caller must make (and state), e.g. ``np.clip(x, lower, upper)``.
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"data must be a 1-D array of real numbers, got {type(x).__name__}") from None
+    if arr.ndim != 1:
+        raise InvalidArgument(f"data must be a 1-D array of scalar records, got shape {arr.shape}")
+    if arr.size < min_size:
+        raise InvalidArgument(f"data must have at least {min_size} record(s), got {arr.size}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidArgument("data contain NaN or inf; records must be finite")
+    if lower is not None and upper is not None:
+        lo, hi = float(np.min(arr)), float(np.max(arr))
+        if lo < lower or hi > upper:
+            raise InvalidArgument(
+                f"data must lie in the public range [{lower:g}, {upper:g}] but span [{lo:g}, {hi:g}]; "
+                "clip them first (np.clip(x, lower, upper)) and say so"
+            )
+    return arr
+
+
+def check_grid(grid, lower: float | None = None, upper: float | None = None) -> np.ndarray:
+    """A public output grid: 1-D, finite, strictly increasing, at least 2 points."""
+    try:
+        g = np.asarray(grid, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"grid must be a 1-D array of real numbers, got {type(grid).__name__}") from None
+    if g.ndim != 1 or g.size < 2:
+        raise InvalidArgument(f"grid must be a 1-D array of at least 2 points, got shape {g.shape}")
+    if not np.all(np.isfinite(g)):
+        raise InvalidArgument("grid must be finite")
+    if not np.all(np.diff(g) > 0):
+        raise InvalidArgument("grid must be strictly increasing")
+    if lower is not None and (g[0] < lower or g[-1] > upper):
+        raise InvalidArgument(f"grid spans [{g[0]:g}, {g[-1]:g}], outside the public range [{lower:g}, {upper:g}]")
+    return g
+
+
+def default_grid(lower: float, upper: float, size: int) -> np.ndarray:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
+        raise InvalidArgument(f"grid_size must be an integer >= 2, got {size!r}")
+    return np.linspace(lower, upper, int(size))
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
+        raise InvalidArgument(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def clamp(value: float, lower: float, upper: float) -> float:
+    return float(min(max(value, lower), upper))
+
+
+# ----------------------------------------------------------------------------- the median
+
+
+def median_rank(n: int) -> int:
+    """The 1-based rank ``m = ⌈n/2⌉ = (n+1)//2`` of the median order statistic.
+
+    >>> median_rank(5), median_rank(6)
+    (3, 3)
+    """
+    return (int(n) + 1) // 2
+
+
+def lower_median(x) -> float:
+    """``x_(m)`` with ``m = ⌈n/2⌉``: the median for odd n, the lower median for even n.
+
+    >>> lower_median([4.0, 1.0, 3.0, 2.0])
+    2.0
+    """
+    arr = check_data(x)
+    m = median_rank(arr.size)
+    return float(np.partition(arr, m - 1)[m - 1])
+
+
+class LowerMedian:
+    """Target (for :func:`raydp.estimate_sensitivity`): the order statistic ``x_(⌈n/2⌉)`` of scalar records.
+
+    The same function every median baseline here releases, so the sampled-Δ̂ column of the
+    comparison is calibrated for exactly that statistic.
+    """
+
+    def __call__(self, database) -> np.ndarray:
+        db = np.asarray(database, dtype=np.float64).reshape(-1)
+        m = median_rank(db.size)
+        return np.asarray(np.partition(db, m - 1)[m - 1])
+
+    def batch(self, databases) -> np.ndarray:
+        dbs = np.asarray(databases, dtype=np.float64)
+        dbs = dbs.reshape(dbs.shape[0], -1)
+        m = median_rank(dbs.shape[1])
+        return np.partition(dbs, m - 1, axis=1)[:, m - 1]
+
+    def identity(self) -> dict:
+        return {"name": "baselines.lower_median", "params": {}}
+
+    def __repr__(self) -> str:
+        return "median_target()"
+
+
+def median_target() -> LowerMedian:
+    """The sampler target matching the baselines' median convention (see module docstring)."""
+    return LowerMedian()

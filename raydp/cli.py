@@ -183,10 +183,6 @@ def cmd_release(a) -> int:
     except FileNotFoundError:
         raise InvalidArgument(f"--data: no such file {a.data!r}") from None
     r = sample_then_respond(data, target, mech, estimate=est)
-    if a.ledger:
-        from .ledger import Ledger
-
-        Ledger(a.ledger).record(r)
     value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
     out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
            "sensitivity": r.sensitivity, "mechanism": r.mechanism}
@@ -239,7 +235,6 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--mechanism-args")
     r.add_argument("--epsilon", type=float, required=True)
     r.add_argument("--delta", type=float)
-    r.add_argument("--ledger", help="privacy budget ledger file to record this release in")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_release)
     return ap

@@ -93,3 +93,11 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+
+
+def store_uri(root: str, name: str) -> str:
+    """``root/name`` for a local path or a filesystem URI (keeping any ``?query`` at the end)."""
+    if "://" in root:
+        base, _, query = root.partition("?")
+        return f"{base.rstrip('/')}/{name}" + (f"?{query}" if query else "")
+    return os.path.join(root, name)

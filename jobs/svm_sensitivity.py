@@ -124,10 +124,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _store_uri(root: str, d: int) -> str:
-    if "://" in root:
-        base, _, query = root.partition("?")
-        return f"{base.rstrip('/')}/d={d}" + (f"?{query}" if query else "")
-    return os.path.join(root, f"d={d}")
+    return _common.store_uri(root, f"d={d}")
 
 
 def sample_dimension(a, d: int, uri: str, options: dict):

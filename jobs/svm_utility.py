@@ -105,10 +105,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _store_uri(root: str, name: str) -> str:
-    if "://" in root:
-        base, _, query = root.partition("?")
-        return f"{base.rstrip('/')}/{name}" + (f"?{query}" if query else "")
-    return os.path.join(root, name)
+    return _common.store_uri(root, name)
 
 
 class FittedOnce:

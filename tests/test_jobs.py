@@ -1,9 +1,6 @@
 """The jobs under jobs/ as real processes (tiny sizes, in-process backend), and raydp.plots."""
 
-import importlib.util
 import math
-import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raydp
+from job_util import load_job, run_job
 from raydp import oracles, targets
 from raydp.errors import InvalidArgument
 
@@ -22,19 +20,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SVM_COLUMNS = ["d", "gamma", "m", "k", "sensitivity", "global_bound", "failures", "seconds"]
 
 
-def run_job(name, *args, cwd, env_extra=None, timeout=180):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # never join someone's cluster
-    env.update(env_extra or {})
-    proc = subprocess.run([sys.executable, str(JOBS / name), *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
-def load_job(name):
-    spec = importlib.util.spec_from_file_location(f"job_{name}", JOBS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ----------------------------------------------------------------------------- svm_sensitivity

@@ -1,11 +1,7 @@
 """The paper-figure jobs (Figure 4: jobs/example6.py, Figure 7: jobs/kde_bernstein.py) as real
 processes at tiny sizes (in-process backend), the direction of each paper claim, and their plots."""
 
-import importlib.util
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raydp
+from job_util import load_job, run_job
 from raydp.plan import min_gamma
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,18 +20,8 @@ KDE_COLUMNS = ["curve", "gamma", "m", "k", "sensitivity", "epsilon", "repeats", 
                "approx_tv"]
 
 
-def run_job(name, *args, cwd, timeout=120):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # never join someone's cluster
-    proc = subprocess.run([sys.executable, str(JOBS / name), *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
-def load_job(name):
-    spec = importlib.util.spec_from_file_location(f"job_{name}", JOBS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ----------------------------------------------------------------------------- Figure 4

@@ -1,10 +1,7 @@
 """jobs/svm_utility.py (paper Figure 6) as a real process, at tiny size, in-process backend."""
 
-import importlib.util
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import raydp
+from job_util import load_job
+from job_util import run_job as _run_job
 
 pytest.importorskip("sklearn")
 
@@ -25,18 +24,13 @@ TINY = ["--backend", "local", "--m-opt-k", 200, "--gamma", 0.2, "--repeats", 5, 
         "--epsilons", *EPS, "--quiet"]
 
 
+
+
+
+
+
 def run_job(*args, cwd, timeout=120):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # never join someone's cluster
-    proc = subprocess.run([sys.executable, str(JOBS / "svm_utility.py"), *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def load_job(name):
-    spec = importlib.util.spec_from_file_location(f"job_{name}", JOBS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _run_job("svm_utility.py", *args, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

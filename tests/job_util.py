@@ -1,0 +1,25 @@
+"""Helpers for tests that run jobs/ as subprocesses or import them as modules."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+
+
+def run_job(name, *args, cwd, timeout=180, env_extra=None):
+    """Run ``jobs/<name>`` in a fresh process; never joins a Ray cluster named by RAY_ADDRESS."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, str(JOBS / name), *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def load_job(name):
+    spec = importlib.util.spec_from_file_location(f"job_{name}", JOBS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

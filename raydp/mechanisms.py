@@ -55,12 +55,12 @@ _MAX_LATTICE_POINTS = 10_000_000
 # validation helpers
 
 
-def _check_epsilon(epsilon) -> float:
+def _check_epsilon(epsilon, what: str = "epsilon") -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-        raise MechanismError(f"epsilon must be a real number > 0, got {epsilon!r}")
+        raise MechanismError(f"{what} must be a real number > 0, got {epsilon!r}")
     eps = float(epsilon)
     if not math.isfinite(eps) or eps <= 0:
-        raise MechanismError(f"epsilon must be finite and > 0, got {eps!r}")
+        raise MechanismError(f"{what} must be finite and > 0, got {eps!r}")
     return eps
 
 

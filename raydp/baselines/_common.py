@@ -16,7 +16,8 @@ from numbers import Real
 
 import numpy as np
 
-from raydp.errors import InvalidArgument, MechanismError
+from raydp.mechanisms import _check_delta, _check_epsilon
+from raydp.errors import InvalidArgument
 
 __all__ = ["BaselineRelease", "median_rank", "lower_median", "LowerMedian", "median_target"]
 
@@ -50,23 +51,14 @@ class BaselineRelease:
 
 
 def check_epsilon(epsilon, what: str = "epsilon") -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-        raise MechanismError(f"{what} must be a real number > 0, got {epsilon!r}")
-    eps = float(epsilon)
-    if not math.isfinite(eps) or eps <= 0:
-        raise MechanismError(f"{what} must be finite and > 0, got {eps!r}")
-    return eps
+    return _check_epsilon(epsilon, what)
 
 
 def check_delta(delta, *, allow_zero: bool = False) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, Real):
-        raise MechanismError(f"delta must be a real number in (0, 1), got {delta!r}")
-    d = float(delta)
-    if allow_zero and d == 0.0:
+    """δ in (0, 1) as the mechanisms require it, or exactly 0 when ``allow_zero`` (pure DP)."""
+    if allow_zero and not isinstance(delta, bool) and isinstance(delta, Real) and float(delta) == 0.0:
         return 0.0
-    if not (0.0 < d < 1.0):
-        raise MechanismError(f"delta must lie strictly between 0 and 1, got {d!r}")
-    return d
+    return _check_delta(delta)
 
 
 def check_beta(beta) -> float:

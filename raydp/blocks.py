@@ -31,14 +31,25 @@ PROBE_KEY = 2**64 - 1
 _RECORDS_PER_BLOCK = 2**16
 # ... and at least about this many blocks per run, so there is work to spread over a cluster.
 _MIN_BLOCKS = 256
+# A target with a vectorised ``batch`` form evaluates a whole block in a few numpy calls, so a
+# block costs a fixed ~40 µs of bookkeeping plus its records; such runs use bigger blocks.
+_RECORDS_PER_BATCHED_BLOCK = 2**17
+_MIN_BATCHED_BLOCKS = 16
 
 
-def default_block_size(n: int, m: int) -> int:
-    """``max(1, min(⌊65536 / (n + 1)⌋, ⌈m / 256⌉))`` pairs per block.
+def default_block_size(n: int, m: int, batched: bool = False) -> int:
+    """Pairs per block when the caller does not choose.
 
-    Small enough that a block's records fit in ~0.5 MB of float64 scalars and that a run has about
-    256 blocks to spread over workers; large enough that cheap targets are vectorised.
+    Per-pair targets: ``max(1, min(⌊65536 / (n + 1)⌋, ⌈m / 256⌉))`` — a block's records fit in
+    ~0.5 MB of float64 scalars and a run has about 256 blocks to spread over workers.
+    Batched targets (``target.batch``): ``max(1, min(⌊131072 / (n + 1)⌋, ⌈m / 16⌉))`` — the
+    fixed cost per block is then under 10% of the numpy work (measured by ``jobs/bench.py``).
+
+    It depends only on (n, m, batched), never on the machine, so a default run is reproducible;
+    the block size is recorded in the run's identity.
     """
+    if batched:
+        return max(1, min(_RECORDS_PER_BATCHED_BLOCK // (n + 1), math.ceil(m / _MIN_BATCHED_BLOCKS)))
     return max(1, min(_RECORDS_PER_BLOCK // (n + 1), math.ceil(m / _MIN_BLOCKS)))
 
 
@@ -113,10 +124,17 @@ class PairJob:
         return records.reshape((pairs, self.n + 1) + records.shape[1:]), start
 
     def neighbours(self, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """D = (x_1..x_n), D′ = (x_1..x_{n−1}, x_{n+1}) for every pair of the block."""
+        """D = (x_1..x_n), D′ = (x_1..x_{n−1}, x_{n+1}) for every pair of the block.
+
+        D is a view of the records; D′ is a C-contiguous copy, written in two slice assignments
+        (a fancy index would return a transposed layout, over which numpy sums the other way
+        round — a different last bit than the same database evaluated on its own).
+        """
         n = self.n
         d = records[:, :n]
-        d_prime = records[:, np.r_[0 : n - 1, n]]
+        d_prime = np.empty(d.shape, dtype=records.dtype)
+        d_prime[:, : n - 1] = records[:, : n - 1]
+        d_prime[:, n - 1] = records[:, n]
         return d, d_prime
 
     # ---- evaluation ------------------------------------------------------------------------
@@ -137,17 +155,20 @@ class PairJob:
         if batch is None:
             return None
         pairs = d.shape[0]
-        try:
-            outs = np.asarray(batch(np.concatenate([d, d_prime])), dtype=np.float64)
+        try:  # D and D′ separately: no stacked copy of the block
+            outs_a = np.asarray(batch(d), dtype=np.float64)
+            outs_b = np.asarray(batch(d_prime), dtype=np.float64)
         except Exception:
             return None  # fall back to pair-by-pair so one bad database fails only its pair
-        if outs.shape[0] != 2 * pairs:
+        if outs_a.shape[:1] != (pairs,) or outs_b.shape != outs_a.shape:
             return None
-        emb = _embed_rows(self.mechanism, outs)
-        if emb is None or emb.shape != (2 * pairs, self.out_dim):
+        a = _embed_rows(self.mechanism, outs_a)
+        b = _embed_rows(self.mechanism, outs_b)
+        if a is None or b is None or a.shape != (pairs, self.out_dim) or b.shape != a.shape:
             return None
-        a, b = emb[:pairs], emb[pairs:]
         g = np.asarray(self.mechanism.distance(a, b), dtype=np.float64)
+        if np.isfinite(g).all():  # a finite norm of a − b needs finite a and b
+            return g
         bad = ~(np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1) & np.isfinite(g))
         if bad.any():
             for j in np.flatnonzero(bad):

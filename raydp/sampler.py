@@ -164,7 +164,14 @@ def estimate_sensitivity(
         if not hasattr(mechanism, attr):
             raise InvalidArgument(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
     seed = resolve_seed(seed)
-    bs = default_block_size(n, p.m) if block_size is None else _check_int("block_size", block_size, 1)
+    if block_size is None and store is not None and resume:
+        from .store import stored_block_size
+
+        block_size = stored_block_size(store)  # resuming/extending keeps the stored run's blocks
+    if block_size is None:
+        bs = default_block_size(n, p.m, batched=callable(getattr(target, "batch", None)))
+    else:
+        bs = _check_int("block_size", block_size, 1)
     if backend not in BACKENDS:
         raise InvalidArgument(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if store is None and resume:

@@ -219,6 +219,20 @@ def _check_identity(store: Store, meta: dict, ident: dict, plan: Plan) -> None:
         )
 
 
+def stored_block_size(uri: str) -> int | None:
+    """The block size of the run held at ``uri`` (None when there is none yet).
+
+    A resumed or extended run must keep it: a pair's G depends on (seed, block size, index).
+    """
+    store = Store.open(uri)
+    if not store.exists("meta.json"):
+        return None
+    try:
+        return int(store.read_json("meta.json")["identity"]["block_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"store {uri!r} has a meta.json without a block size; it was not written by raydp") from exc
+
+
 def run_with_store(job: PairJob, plan: Plan, identity: dict, uri: str, *, resume: bool, backend: str,
                    progress: bool, keep_sample: bool, flush_rows: int = 1 << 16,
                    flush_seconds: float = 5.0, **engine_options):

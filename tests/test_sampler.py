@@ -68,7 +68,7 @@ def test_estimate_is_reproducible_and_seed_sensitive():
     assert a.sensitivity == b.sensitivity and np.array_equal(a.sample, b.sample)
     assert not np.array_equal(a.sample, c.sample)
     assert a.sensitivity == kth_smallest(a.sample, a.plan.k)
-    assert a.block_size == default_block_size(50, a.plan.m)
+    assert a.block_size == default_block_size(50, a.plan.m, batched=True)
 
 
 def test_seed_none_is_recorded_and_replays():

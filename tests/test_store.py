@@ -190,3 +190,16 @@ class _CountingMean:
 
     def identity(self):
         return {"name": "mean", "params": {}}
+
+
+def test_extend_with_default_block_size_keeps_the_stored_blocks(tmp_path):
+    """The default block size depends on m; a resume without block_size adopts the stored one."""
+    uri = str(tmp_path / "s")
+    kw = dict(n=30, seed=17, progress=False)
+    first = raydp.estimate_sensitivity(targets.median(), oracles.exponential(1.0), m=700, store=uri, **kw)
+    extended = raydp.estimate_sensitivity(targets.median(), oracles.exponential(1.0), m=5000, store=uri,
+                                          resume=True, keep_sample=True, **kw)
+    assert extended.block_size == first.block_size != raydp.blocks.default_block_size(30, 5000, batched=True)
+    fresh = raydp.estimate_sensitivity(targets.median(), oracles.exponential(1.0), m=5000,
+                                       block_size=first.block_size, keep_sample=True, **kw)
+    assert np.array_equal(extended.sample, fresh.sample)

@@ -1,0 +1,515 @@
+"""Benchmark: raydp against a serial loop, joblib and the machine's limit, side by side in one run.
+
+Four sections (issue 5); each prints a Markdown table and all of them go to ``--out`` as
+``bench.json`` and ``bench.md``:
+
+1. **cheap** — the mean of n Exp(1) records, n ∈ {10, 100, 1000}, at γ = 0.01 (m = 41 971) and at
+   ``--m-big`` (10⁶) pairs. Pairs per second for
+   (a) a serial per-pair Python loop, written the way the reference packages do it (one database at
+       a time: ``f(D)``, ``f(D′)``, ``|·|``);
+   (b) raydp in process (``backend="local"``);
+   (c) raydp on Ray with every core of the machine;
+   (d) the machine's limit on one core: a hand-written vectorised numpy loop over the same blocks,
+       drawing the same records and computing the same means with no framework at all.
+   Every row checks that (b), (c) and (d) return exactly the Δ̂ of the serial loop (same seed, same
+   blocks, same arithmetic, bit for bit).
+2. **svm** — the paper's SVM (n = 1000, d = 8): seconds for the serial loop, joblib with all cores,
+   raydp on Ray with all cores, all three evaluating each pair with two cold libsvm fits; parallel
+   efficiency = serial / (cores × raydp) and raydp / joblib. A last row runs raydp's default
+   warm-started pair solver (``targets.svm().pair``) for comparison; it agrees with the cold fits to
+   libsvm's tolerance, not bit for bit, so its Δ̂ is compared with a tolerance.
+3. **scaling** — wall time and driver peak RSS (``ru_maxrss`` of a fresh driver process per m)
+   for the cheap target (n = 10) streaming its G sample to a Parquet store, m over two or more
+   orders of magnitude, for the in-process and the Ray backend; the fitted growth exponent
+   (slope of log(value) on log(m)).
+4. **overheads** — time to first result on an embedded local Ray (a fresh process: ``ray.init``,
+   then the first block back), per-task overhead (tiny tasks on Ray against the same blocks in
+   process), and the reduce time at the largest m (merging every block result into Δ̂).
+
+Run (≈ 4 minutes on 2 cores)::
+
+    python jobs/bench.py                      # everything, results in jobs/results/
+    python jobs/bench.py --sections cheap     # one section
+    python jobs/bench.py --quick --out /tmp/b # tiny sizes: checks the plumbing in seconds
+
+Timings are the median of ``--repeats`` runs after one warm-up (the serial loop runs once; Ray is
+started before the timed runs, its start-up is reported under overheads). The machine, date and
+command are recorded in the JSON and Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import raydp
+from raydp import oracles, targets
+from raydp.blocks import block_rng, default_block_size, num_blocks
+
+SECTIONS = ("cheap", "svm", "scaling", "overheads")
+
+
+# ----------------------------------------------------------------------------- reference loops
+def serial_loop(target, oracle, n: int, m: int, k: int, seed: int, block_size: int) -> float:
+    """(a) One pair at a time, as the reference packages do: draw, f(D), f(D′), ‖·‖₁, sort.
+
+    The records come from the same per-block generators as raydp's (same seed, same blocks), so
+    every G is the same number.
+    """
+    gs = []
+    x = None
+    for i in range(m):
+        b, j = divmod(i, block_size)
+        if j == 0:
+            recs = np.asarray(oracle.sample(block_rng(seed, b), block_size * (n + 1)))
+            x = recs.reshape((block_size, n + 1) + recs.shape[1:])
+        row = x[j]
+        d = row[:n]
+        d_prime = np.concatenate([row[: n - 1], row[n:]])
+        a = np.ravel(np.asarray(target(d), dtype=np.float64))
+        c = np.ravel(np.asarray(target(d_prime), dtype=np.float64))
+        gs.append(float(np.sum(np.abs(a - c))))
+    gs.sort()
+    return gs[k - 1]
+
+
+def limit_loop(n: int, m: int, k: int, seed: int, block_size: int) -> float:
+    """(d) The one-core limit for the mean of Exp(1): the same draws and means, vectorised by hand.
+
+    Only what the answer needs: per block one generator, one draw, the means of D (a view) and of
+    D′ (written contiguous, so numpy sums each row in the same order as the serial loop does).
+    """
+    keep = m - k + 1
+    top = np.empty(0)
+    for b in range(num_blocks(m, block_size)):
+        p = min(block_size, m - b * block_size)
+        x = block_rng(seed, b).exponential(1.0, size=block_size * (n + 1))[: p * (n + 1)].reshape(p, n + 1)
+        d_prime = np.empty((p, n))
+        d_prime[:, : n - 1] = x[:, : n - 1]
+        d_prime[:, n - 1] = x[:, n]
+        g = np.abs(x[:, :n].mean(axis=1) - d_prime.mean(axis=1))
+        top = np.concatenate([top, g])
+        if top.size > keep:
+            top = np.partition(top, top.size - keep)[top.size - keep:]
+    return float(top.min())
+
+
+class ColdSVM:
+    """The SVM target without its warm-started pair solver: two plain libsvm fits per pair."""
+
+    def __init__(self, C: float = 3.0):
+        self.svm = targets.svm(C=C)
+
+    def __call__(self, database):
+        return self.svm(database)
+
+    def identity(self) -> dict:
+        return {"name": "svm-cold", "params": self.svm.identity()["params"]}
+
+
+def _svm_block(n: int, dim: int, seed: int, block_size: int, m: int, b: int, C: float) -> list[float]:
+    """joblib's unit of work: the serial loop over one block (same draws as every other column)."""
+    target, oracle = ColdSVM(C), oracles.svm_two_class(dim)
+    p = min(block_size, m - b * block_size)
+    recs = np.asarray(oracle.sample(block_rng(seed, b), block_size * (n + 1)))
+    x = recs.reshape((block_size, n + 1) + recs.shape[1:])
+    out = []
+    for j in range(p):
+        row = x[j]
+        a = np.ravel(target(row[:n]))
+        c = np.ravel(target(np.concatenate([row[: n - 1], row[n:]])))
+        out.append(float(np.sum(np.abs(a - c))))
+    return out
+
+
+# ----------------------------------------------------------------------------- helpers
+def timed(fn, repeats: int = 1, warmup: bool = False):
+    """(median seconds, result of the last run)."""
+    if warmup:
+        fn()
+    times, result = [], None
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def estimate(n, m, k, seed, backend, block_size=None, target=None, oracle=None, **kw):
+    return raydp.estimate_sensitivity(
+        target or targets.mean(), oracle or oracles.exponential(1.0), n, m=m, k=k, seed=seed,
+        block_size=block_size, backend=backend, progress=False, **kw)
+
+
+def start_ray(cores: int) -> float:
+    from raydp.engine.ray_backend import ensure_ray
+
+    t0 = time.perf_counter()
+    ensure_ray(None, cores)
+    return time.perf_counter() - t0
+
+
+def slope(xs, ys) -> float:
+    """Least-squares slope of log(y) on log(x): the growth exponent."""
+    lx, ly = np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float))
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def say(args, msg: str) -> None:
+    if not args.quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def table(headers, rows) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+# ----------------------------------------------------------------------------- sections
+def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
+    """One row of the cheap section: (a)-(d) for one (n, m), and the equality check."""
+    serial_m = m if args.serial_max is None else min(m, args.serial_max)
+    t_a, g_a = timed(lambda: serial_loop(targets.mean(), oracles.exponential(1.0), n, serial_m,
+                                         serial_m if serial_m < m else k, args.seed, bs))
+    t_d, g_d = timed(lambda: limit_loop(n, m, k, args.seed, bs), args.repeats, warmup=True)
+    t_b, est_b = timed(lambda: estimate(n, m, k, args.seed, "local"), args.repeats, warmup=True)
+    t_c, est_c = timed(lambda: estimate(n, m, k, args.seed, "ray"), args.repeats, warmup=True)
+    if serial_m < m:  # serial timed on a prefix; its Δ̂ is checked against (b) on that prefix
+        ref = estimate(n, serial_m, serial_m, args.seed, "local", block_size=bs).sensitivity
+        serial_equal = ref == g_a
+        g_ref = g_d
+    else:
+        serial_equal = True
+        g_ref = g_a
+    row = {
+        "n": n, "m": m, "k": k, "block_size": bs, "serial_pairs": serial_m,
+        "a_pairs_per_s": serial_m / t_a, "b_pairs_per_s": m / t_b, "c_pairs_per_s": m / t_c,
+        "d_pairs_per_s": m / t_d,
+        "delta": est_b.sensitivity,
+        "equal": bool(serial_equal and est_b.sensitivity == g_ref and est_c.sensitivity == g_ref
+                   and g_d == g_ref),
+    }
+    row["b_over_a"] = row["b_pairs_per_s"] / row["a_pairs_per_s"]
+    row["b_over_d"] = row["b_pairs_per_s"] / row["d_pairs_per_s"]
+    row["c_over_b"] = row["c_pairs_per_s"] / row["b_pairs_per_s"]
+    return row
+
+
+def section_cheap(args, cores: int) -> dict:
+    m_small = raydp.plan(gamma=0.01)
+    rows = []
+    for n in args.ns:
+        for m in ([m_small.m] + [args.m_big]):
+            k = m_small.k if m == m_small.m else raydp.plan(m=m, gamma=0.01).k
+            bs = default_block_size(n, m, batched=True)
+            say(args, f"cheap: n={n} m={m} (block {bs}) ...")
+            row = cheap_row(args, n, m, k, bs)
+            rows.append(row)
+            say(args, f"  (a) {rate(row['a_pairs_per_s'])}/s (b) {rate(row['b_pairs_per_s'])}/s "
+                      f"(c) {rate(row['c_pairs_per_s'])}/s (d) {rate(row['d_pairs_per_s'])}/s equal={row['equal']}")
+    goals = []
+    for r in rows:
+        goals.append({"goal": f"n={r['n']} m={r['m']}: (b)/(d) >= 0.8", "value": r["b_over_d"], "ok": r["b_over_d"] >= 0.8})
+        if r["n"] == 100 and r["m"] == m_small.m:
+            goals.append({"goal": "n=100: (b)/(a) >= 10", "value": r["b_over_a"], "ok": r["b_over_a"] >= 10})
+        if r["n"] == 10 and r["m"] == m_small.m:
+            goals.append({"goal": "n=10: (b)/(a) >= 50", "value": r["b_over_a"], "ok": r["b_over_a"] >= 50})
+        if r["m"] >= 10**6:
+            goals.append({"goal": f"n={r['n']} m={r['m']}: (c)/(b) >= 0.8 x {cores} cores",
+                              "value": r["c_over_b"], "ok": r["c_over_b"] >= 0.8 * cores})
+        goals.append({"goal": f"n={r['n']} m={r['m']}: every Δ̂ equals the serial loop's", "value": r["equal"],
+                          "ok": r["equal"]})
+    md = table(
+        ["n", "m", "block", "(a) serial pairs/s", "(b) raydp local", "(c) raydp Ray", "(d) numpy limit",
+         "(b)/(a)", "(b)/(d)", "(c)/(b)", "Δ̂ equal"],
+        [[r["n"], r["m"], r["block_size"], rate(r["a_pairs_per_s"]), rate(r["b_pairs_per_s"]),
+          rate(r["c_pairs_per_s"]), rate(r["d_pairs_per_s"]), f"{r['b_over_a']:.1f}×", f"{r['b_over_d']:.2f}",
+          f"{r['c_over_b']:.2f}", "yes" if r["equal"] else "NO"] for r in rows])
+    return {"rows": rows, "goals": goals, "markdown": md}
+
+
+def section_svm(args, cores: int) -> dict:
+    from joblib import Parallel, delayed
+
+    n, dim, m, C = args.svm_n, args.svm_dim, args.svm_m, 3.0
+    p = raydp.plan(m=m, gamma=args.svm_gamma)
+    bs = default_block_size(n, m)
+    blocks = range(num_blocks(m, bs))
+    say(args, f"svm: n={n} d={dim} m={m} k={p.k} block {bs}; serial ...")
+    t_serial, g_serial = timed(lambda: serial_loop(ColdSVM(C), oracles.svm_two_class(dim), n, m, p.k,
+                                                   args.seed, bs))
+
+    par = Parallel(n_jobs=cores)
+    par(delayed(_svm_block)(n, dim, args.seed, bs, min(m, bs), 0, C) for _ in range(cores))  # start workers
+
+    def joblib_run():
+        gs = [g for chunk in par(delayed(_svm_block)(n, dim, args.seed, bs, m, b, C) for b in blocks) for g in chunk]
+        return sorted(gs)[p.k - 1]
+
+    say(args, "svm: joblib ...")
+    t_joblib, g_joblib = timed(joblib_run, args.svm_repeats)
+    say(args, "svm: raydp on Ray ...")
+    cold = lambda: estimate(n, m, p.k, args.seed, "ray", target=ColdSVM(C),
+                            oracle=oracles.svm_two_class(dim))
+    cold(); t_ray, est_ray = timed(cold, args.svm_repeats)
+    warm = lambda: estimate(n, m, p.k, args.seed, "ray", target=targets.svm(C=C),
+                            oracle=oracles.svm_two_class(dim))
+    t_warm, est_warm = timed(warm, args.svm_repeats)
+    eff = t_serial / (cores * t_ray)
+    res = {"n": n, "dim": dim, "m": m, "k": p.k, "block_size": bs, "cores": cores,
+               "serial_s": t_serial, "joblib_s": t_joblib, "raydp_s": t_ray, "raydp_warm_s": t_warm,
+               "efficiency": eff, "joblib_efficiency": t_serial / (cores * t_joblib), "raydp_over_joblib": t_joblib / t_ray,
+               "delta_serial": g_serial, "delta_joblib": g_joblib, "delta_raydp": est_ray.sensitivity,
+               "delta_raydp_warm": est_warm.sensitivity,
+               "equal": bool(g_serial == g_joblib == est_ray.sensitivity),
+               "warm_abs_diff": abs(est_warm.sensitivity - g_serial)}
+    goals = [{"goal": "SVM parallel efficiency >= 0.85", "value": eff, "ok": eff >= 0.85},
+             {"goal": "SVM raydp no slower than joblib (joblib_s / raydp_s >= 1)", "value": res["raydp_over_joblib"],
+                  "ok": res["raydp_over_joblib"] >= 1.0},
+             {"goal": "SVM Δ̂ equal: serial, joblib, raydp (cold fits)", "value": res["equal"], "ok": res["equal"]}]
+    md = table(["runner", "seconds", "pairs/s", "efficiency", "Δ̂"],
+               [["serial loop (1 core)", f"{t_serial:.2f}", f"{m / t_serial:.1f}", "1 (reference)", f"{g_serial:.6g}"],
+                [f"joblib, {cores} cores", f"{t_joblib:.2f}", f"{m / t_joblib:.1f}", f"{res['joblib_efficiency']:.2f}",
+                 f"{g_joblib:.6g}"],
+                [f"raydp Ray, {cores} cores", f"{t_ray:.2f}", f"{m / t_ray:.1f}", f"{eff:.2f}",
+                 f"{est_ray.sensitivity:.6g}"],
+                [f"raydp Ray, {cores} cores, warm-started pairs", f"{t_warm:.2f}", f"{m / t_warm:.1f}",
+                 f"{t_serial / (cores * t_warm):.2f}", f"{est_warm.sensitivity:.6g}"]])
+    md += (f"\n\nraydp / joblib speed: {res['raydp_over_joblib']:.2f}×. Δ̂ equal bit for bit (cold fits): "
+           f"{'yes' if res['equal'] else 'NO'}; warm-started Δ̂ differs by {res['warm_abs_diff']:.1e}.")
+    return {"result": res, "goals": goals, "markdown": md}
+
+
+_SCALING_CHILD = r"""
+import json, resource, sys, time
+import raydp
+from raydp import oracles, targets
+m, backend, uri, cores = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+kw = {}
+if backend == "ray":
+    from raydp.engine.ray_backend import ensure_ray
+    ensure_ray(None, cores)
+    kw["ray_init_cpus"] = cores
+    raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 10, m=4000, seed=1, backend=backend,
+                               progress=False, **kw)  # start the workers before the clock does
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+est = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 10, m=m, seed=0,
+                                 backend=backend, store=uri, progress=False, **kw)
+wall = time.perf_counter() - t0
+print(json.dumps(dict(m=m, backend=backend, wall_s=wall, peak_rss_mb=resource.getrusage(
+    resource.RUSAGE_SELF).ru_maxrss / 1024, rss_before_mb=base / 1024, delta=est.sensitivity)))
+"""
+
+
+def section_scaling(args, cores: int) -> dict:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in ("local", "ray"):
+            for m in args.scaling_ms:
+                say(args, f"scaling: {backend} m={m} ...")
+                uri = os.path.join(tmp, f"{backend}-{m}")
+                out = subprocess.run([sys.executable, "-c", _SCALING_CHILD, str(m), backend, uri, str(cores)],
+                                     capture_output=True, text=True, timeout=1800, check=False)
+                if out.returncode != 0:
+                    raise RuntimeError(f"scaling child failed: {out.stderr.strip().splitlines()[-1:]}")
+                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    fits, goals = {}, []
+    for backend in ("local", "ray"):
+        rs = [r for r in rows if r["backend"] == backend]
+        ms = [r["m"] for r in rs]
+        fits[backend] = {"wall_exponent": slope(ms, [r["wall_s"] for r in rs]),
+                             "rss_exponent": slope(ms, [r["peak_rss_mb"] for r in rs]),
+                             "rss_growth": rs[-1]["peak_rss_mb"] / rs[0]["peak_rss_mb"] - 1}
+        goals.append({"goal": f"driver peak RSS flat in m ({backend}): growth <= 20%",
+                          "value": fits[backend]["rss_growth"], "ok": fits[backend]["rss_growth"] <= 0.20})
+    md = table(["backend", "m", "wall s", "pairs/s", "driver peak RSS MB"],
+               [[r["backend"], r["m"], f"{r['wall_s']:.2f}", rate(r["m"] / r["wall_s"]), f"{r['peak_rss_mb']:.0f}"]
+                for r in rows])
+    md += "\n\n" + table(["backend", "wall ∝ m^", "RSS ∝ m^", "RSS growth, smallest → largest m"],
+                         [[b, f"{f['wall_exponent']:.2f}", f"{f['rss_exponent']:.3f}", f"{100 * f['rss_growth']:+.1f}%"]
+                          for b, f in fits.items()])
+    return {"rows": rows, "fits": fits, "goals": goals, "markdown": md}
+
+
+_FIRST_RESULT_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import raydp
+from raydp import oracles, targets
+from raydp.blocks import PairJob
+from raydp.engine.ray_backend import ensure_ray, run_blocks
+t_import = time.perf_counter() - t0
+ensure_ray(None, int(sys.argv[1]))
+t_init = time.perf_counter() - t0
+job = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), 10, 1000, 0, 100, 1)
+first = next(iter(run_blocks(job, [0])))
+t_first = time.perf_counter() - t0
+print(json.dumps(dict(import_s=t_import, ray_init_s=t_init - t_import, first_block_s=t_first - t_init,
+                      total_s=t_first)))
+"""
+
+
+def section_overheads(args, cores: int) -> dict:
+    from raydp.blocks import PairJob
+    from raydp.engine import local as local_engine
+    from raydp.engine import ray_backend
+
+    say(args, "overheads: time to first result (fresh process) ...")
+    out = subprocess.run([sys.executable, "-c", _FIRST_RESULT_CHILD, str(cores)], capture_output=True, text=True,
+                         timeout=600, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"first-result child failed: {out.stderr.strip().splitlines()[-1:]}")
+    first = json.loads(out.stdout.strip().splitlines()[-1])
+
+    say(args, "overheads: per-task overhead ...")
+    tasks = args.overhead_tasks
+    job = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), 10, tasks, 0, 1, 1)
+    list(ray_backend.run_blocks(job, range(min(tasks, 4 * cores)), group_size=1))  # warm workers
+    t_local, _ = timed(lambda: list(local_engine.run_blocks(job, range(tasks))), 3)
+    t_ray, _ = timed(lambda: list(ray_backend.run_blocks(job, range(tasks), group_size=1,
+                                                          max_in_flight=4 * cores)), 3)
+    per_task = (t_ray - t_local) / tasks
+
+    say(args, "overheads: reduce time at the largest m ...")
+    m = max(args.scaling_ms + [args.m_big])
+    bs = default_block_size(10, m, batched=True)
+    p = raydp.plan(m=m, gamma=0.01)
+    big = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), 10, m, 0, bs, 1)
+    results = list(local_engine.run_blocks(big, range(num_blocks(m, bs))))
+    compact = [r.compacted(p.keep) for r in results]
+
+    def reduce_full():
+        from raydp.sampler import collect
+        return collect(results, p, bs, keep_sample=True)
+
+    def reduce_compact():
+        from raydp.sampler import collect
+        return collect(compact, p, bs, keep_sample=False)
+
+    t_red_full, _ = timed(reduce_full, 3)
+    t_red_compact, _ = timed(reduce_compact, 3)
+    t_compute = sum(r.seconds for r in results)
+    res = {"first_result": first, "per_task_overhead_ms": 1e3 * per_task, "tasks": tasks,
+               "local_per_block_ms": 1e3 * t_local / tasks, "ray_per_task_ms": 1e3 * t_ray / tasks,
+               "reduce_m": m, "reduce_blocks": len(results), "reduce_full_sample_s": t_red_full,
+               "reduce_compacted_s": t_red_compact, "block_compute_s": t_compute}
+    md = table(["overhead", "value"], [
+        ["fresh process: import raydp", f"{first['import_s']:.2f} s"],
+        ["fresh process: start embedded Ray (ray.init on 127.0.0.1)", f"{first['ray_init_s']:.2f} s"],
+        ["fresh process: first block back from a Ray task (worker start-up)", f"{first['first_block_s']:.2f} s"],
+        ["time to first result, total", f"{first['total_s']:.2f} s"],
+        [f"per-task overhead ({tasks} one-pair tasks, Ray − in process)", f"{1e3 * per_task:.2f} ms"],
+        [f"reduce at m={m:,} ({len(results)} blocks): full sample kept", f"{t_red_full * 1e3:.1f} ms"],
+        [f"reduce at m={m:,}: compacted blocks (Δ̂ only)", f"{t_red_compact * 1e3:.2f} ms"],
+        ["for scale: computing those blocks (sum of block times)", f"{t_compute * 1e3:.0f} ms"],
+    ])
+    return {"result": res, "goals": [], "markdown": md}
+
+
+# ----------------------------------------------------------------------------- main
+def machine() -> dict:
+    import ray
+
+    mem = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem = round(int(f.readline().split()[1]) / 1024**2, 1)
+    except OSError:
+        pass
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
+                "numpy": np.__version__, "ray": ray.__version__, "raydp": raydp.__version__, "platform": platform.platform()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
+                    help="directory for bench.json and bench.md (default: jobs/results)")
+    ap.add_argument("--cores", type=int, default=os.cpu_count(), help="CPUs for Ray and joblib (default: all)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per cell; the median is kept (default 3)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ns", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--m-big", type=int, default=10**6, help="the large m of the cheap section (default 1e6)")
+    ap.add_argument("--serial-max", type=int, default=None,
+                    help="time the serial loop on at most this many pairs (default: all m)")
+    ap.add_argument("--svm-n", type=int, default=1000)
+    ap.add_argument("--svm-dim", type=int, default=8)
+    ap.add_argument("--svm-m", type=int, default=800)
+    ap.add_argument("--svm-gamma", type=float, default=0.05)
+    ap.add_argument("--svm-repeats", type=int, default=1)
+    ap.add_argument("--scaling-ms", type=int, nargs="+", default=[10**4, 10**5, 10**6])
+    ap.add_argument("--overhead-tasks", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: a plumbing check, not a measurement")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {', '.join(bad)}; choose from {', '.join(SECTIONS)}")
+    if args.cores < 1 or args.repeats < 1:
+        ap.error("--cores and --repeats must be >= 1")
+    if args.quick:
+        args.ns, args.m_big, args.repeats = [10, 100], 50000, 1
+        args.svm_n, args.svm_dim, args.svm_m, args.svm_gamma = 60, 2, 40, 0.3
+        args.scaling_ms, args.overhead_tasks = [5000, 50000], 20
+
+    cores = args.cores
+    report = {"command": "python jobs/bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "machine": machine(), "sections": {}}
+    if any(s in sections for s in ("cheap", "svm", "overheads")):
+        report["ray_start_s"] = start_ray(cores)
+    for name in sections:
+        report["sections"][name] = globals()[f"section_{name}"](args, cores)
+        if not args.quiet:
+            print(f"\n## {name}\n\n{report['sections'][name]['markdown']}\n", flush=True)
+    goals = [g for s in report["sections"].values() for g in s["goals"]]
+    report["goals"] = goals
+    mach = report["machine"]
+    md = [(f"# raydp benchmark\n\n{report['date']} · {mach['cores']} cores · {mach['cpu']} · "
+          f"{mach['memory_gib']} GiB · Python {mach['python']} · numpy {mach['numpy']} · Ray {mach['ray']}\n\n"
+          f"Command: `{report['command']}`\n")]
+    for name, s in report["sections"].items():
+        md.append(f"## {name}\n\n{s['markdown']}\n")
+    md.append("## goals\n\n" + table(["goal", "measured", "met"], [
+        [g["goal"], f"{g['value']:.3g}" if isinstance(g["value"], float) else g["value"], "yes" if g["ok"] else "**no**"]
+        for g in goals]) + "\n")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump(report, f, indent=1, default=float)
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write("\n".join(md))
+    if not args.quiet:
+        print("## goals\n\n" + md[-1].split("\n", 2)[2])
+        print(f"wrote {os.path.join(args.out, 'bench.json')} and bench.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

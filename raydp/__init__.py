@@ -16,6 +16,7 @@ release a response whose (ε, δ, γ) comes back with it.
 
 from ._version import __version__
 from .errors import (
+    BudgetError,
     EngineError,
     EstimateMismatchError,
     InvalidArgument,
@@ -26,6 +27,7 @@ from .errors import (
     StoreError,
     TargetError,
 )
+from .ledger import Ledger
 from .mechanisms import Bernstein, Exponential, Gaussian, Laplace
 from .plan import Plan, plan
 from .release import Release, sample_then_respond
@@ -44,5 +46,5 @@ __all__ = [
     "__version__", "plan", "Plan", "estimate_sensitivity", "SensitivityEstimate", "sample_then_respond",
     "Release", "Laplace", "Gaussian", "Exponential", "Bernstein", "oracles", "targets", "load_estimate",
     "RaydpError", "PlanError", "MechanismError", "OracleError", "TargetError", "EstimateMismatchError",
-    "StoreError", "EngineError", "InvalidArgument",
+    "StoreError", "EngineError", "InvalidArgument", "Ledger", "BudgetError",
 ]

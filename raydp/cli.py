@@ -175,6 +175,13 @@ def cmd_release(a) -> int:
     from .release import sample_then_respond
     from .store import load_estimate
 
+    ledger = None
+    if a.ledger is not None:
+        from .ledger import Ledger
+
+        ledger = Ledger(a.ledger, epsilon_total=a.budget_epsilon, delta_total=a.budget_delta)
+    elif a.budget_epsilon is not None or a.budget_delta is not None or a.label is not None:
+        raise InvalidArgument("--budget-epsilon, --budget-delta and --label need --ledger PATH")
     est = load_estimate(a.estimate)
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
@@ -182,11 +189,48 @@ def cmd_release(a) -> int:
         data = _read_data(a.data)
     except FileNotFoundError:
         raise InvalidArgument(f"--data: no such file {a.data!r}") from None
-    r = sample_then_respond(data, target, mech, estimate=est)
+    r = sample_then_respond(data, target, mech, estimate=est, ledger=ledger, ledger_label=a.label)
     value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
     out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
            "sensitivity": r.sensitivity, "mechanism": r.mechanism}
-    print(json.dumps(out) if a.json else f"{value}\n{r.statement()}")
+    if r.ledger is not None:
+        out["ledger"] = r.ledger
+    if a.json:
+        print(json.dumps(out))
+    else:
+        print(f"{value}\n{r.statement()}")
+        if r.ledger is not None:
+            from .ledger import Guarantee
+
+            g = Guarantee(**r.ledger["composed"])
+            print(f"ledger {r.ledger['path']} entry {r.ledger['entry']}; all releases in it: {g.statement()}; "
+                  f"remaining ε={ledger.epsilon_total - g.epsilon:.6g} δ={ledger.delta_total - g.delta:.6g}")
+    return 0
+
+
+def cmd_ledger_show(a) -> int:
+    from .ledger import Guarantee, Ledger
+
+    summary = Ledger(a.path).summary()
+    if a.json:
+        print(json.dumps(summary))
+        return 0
+    rows = [("id", "time (UTC)", "status", "epsilon", "delta", "gamma", "mechanism", "sensitivity", "estimate",
+             "sample", "label")]
+    for e in summary["entries"]:
+        rows.append((str(e["id"]), e["time"][:19], e["status"], f"{e['epsilon']:g}", f"{e['delta']:g}",
+                     f"{e['gamma']:g}", e["mechanism"], f"{e['sensitivity']:.6g}", (e.get("estimate") or "-")[:12],
+                     (e.get("sample") or "-")[:12], e.get("label") or ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    print(f"ledger     {summary['path']}")
+    print(f"totals     epsilon={summary['epsilon_total']:g} delta={summary['delta_total']:g}")
+    print(f"spent      epsilon={summary['spent']['epsilon']:g} delta={summary['spent']['delta']:g}   "
+          f"remaining epsilon={summary['remaining']['epsilon']:g} delta={summary['remaining']['delta']:g}")
+    print(f"guarantee  {Guarantee(**summary['guarantee']).statement()}")
+    if len(rows) > 1:
+        print()
+        for row in rows:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return 0
 
 
@@ -235,8 +279,19 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--mechanism-args")
     r.add_argument("--epsilon", type=float, required=True)
     r.add_argument("--delta", type=float)
+    r.add_argument("--ledger", help="privacy budget ledger (JSON file): charge this release, refuse it if over budget")
+    r.add_argument("--budget-epsilon", type=float, help="total ε of the ledger (fixed when it is created)")
+    r.add_argument("--budget-delta", type=float, help="total δ of the ledger (default 0 when it is created)")
+    r.add_argument("--label", help="a note stored with the ledger entry (never private data)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_release)
+
+    led = sub.add_parser("ledger", help="inspect a privacy budget ledger")
+    led_sub = led.add_subparsers(dest="ledger_cmd", required=True, parser_class=_Parser)
+    ls = led_sub.add_parser("show", help="entries, spend, remaining budget and the composed (ε, δ, γ)")
+    ls.add_argument("path", help="ledger file (path or file:// URI)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_ledger_show)
     return ap
 
 

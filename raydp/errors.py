@@ -39,3 +39,8 @@ class EngineError(RaydpError, RuntimeError):
 
 class InvalidArgument(RaydpError, ValueError):
     """An argument (n, seed, block size, backend, data) that is out of range or of the wrong type."""
+
+
+class BudgetError(RaydpError, ValueError):
+    """A privacy ledger that refuses a release (over budget) or cannot be used (totals that differ
+    from the stored ones, a missing or corrupt ledger file)."""

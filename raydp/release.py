@@ -35,6 +35,8 @@ class Release:
     sensitivity: float
     mechanism: str
     estimate: dict = field(default_factory=dict, repr=False)
+    # With a ledger: {"path", "entry" (its id), "composed": the ledger's (Σε, Σδ, γ) after this release}.
+    ledger: dict | None = field(default=None, repr=False)
 
     def statement(self) -> str:
         notion = "ε" if self.delta == 0 else "(ε, δ)"
@@ -67,12 +69,24 @@ def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int
 
 
 def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimate | None = None,
-                        oracle=None, gamma=None, m=None, k=None, seed=None, **sampler_options) -> Release:
+                        oracle=None, gamma=None, m=None, k=None, seed=None, ledger=None,
+                        ledger_label: str | None = None, **sampler_options) -> Release:
     """Release ``mechanism`` applied to ``target(data)`` with a sampled (or given) Δ̂.
 
     Give ``estimate`` to reuse a precomputed Δ̂ (it must match the target, the mechanism's norm and
     ``len(data)``), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now.
+
+    ``ledger`` (a :class:`raydp.ledger.Ledger` or the path of an existing one) charges this release's
+    (ε, δ, γ) durably before the noise is drawn and refuses it with :class:`raydp.errors.BudgetError`,
+    releasing nothing, if it would exceed the ledger's totals. ``ledger_label`` is stored with the
+    entry (never put private data in it).
     """
+    if ledger is not None:
+        from .ledger import Ledger
+
+        ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)  # fail before any sampling
+    elif ledger_label is not None:
+        raise InvalidArgument("ledger_label= needs ledger=")
     data = np.asarray(data)
     if data.ndim < 1 or data.shape[0] < 1:
         raise InvalidArgument(f"data must be an array with records along the first axis, got shape {data.shape}")
@@ -92,7 +106,15 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
         raise EstimateMismatchError(
             f"target output on the data has {embedded.size} coordinates; the estimate was for {estimate.output_dim}"
         )
-    released = mechanism.release(value, estimate.sensitivity)
     eps, delta = mechanism.privacy()
+    entry = None
+    if ledger is None:
+        released = mechanism.release(value, estimate.sensitivity)
+    else:
+        with ledger.charge(eps, delta, estimate.gamma, mechanism=mechanism.name, sensitivity=estimate.sensitivity,
+                           estimate=estimate.provenance(), label=ledger_label) as charge:
+            released = mechanism.release(value, estimate.sensitivity)
+        entry = {"path": ledger.path, "entry": charge.id, "composed": charge.guarantee.to_dict()}
     return Release(value=released, epsilon=float(eps), delta=float(delta), gamma=estimate.gamma,
-                   sensitivity=estimate.sensitivity, mechanism=mechanism.name, estimate=estimate.provenance())
+                   sensitivity=estimate.sensitivity, mechanism=mechanism.name, estimate=estimate.provenance(),
+                   ledger=entry)

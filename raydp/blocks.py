@@ -13,11 +13,21 @@ larger m by computing new block indices. The block size is therefore part of a r
 Failures. A pair whose target raises, returns a non-finite value or an output of the wrong shape
 gets G = +∞ and is counted; it is never dropped (dropping would bias Δ̂ down). With
 ``strict=True`` the first failure raises :class:`raydp.errors.TargetError` instead.
+
+Hanging targets. With ``pair_timeout`` (seconds) every evaluation of a pair runs under a
+``SIGALRM`` interval timer; a pair that overruns it gets G = +∞, counted as "timed out". The timer
+interrupts Python code (loops, sleeps, I/O waits), not a C extension that never returns to the
+interpreter; for those the Ray backend's ``task_timeout`` kills the worker instead (see
+:mod:`raydp.engine.ray_backend`). Which pairs time out depends on the machine, so a run with
+timeouts is reproducible only when none fire.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +92,11 @@ class BlockResult:
         """True when ``g`` holds every pair's G (not only the largest)."""
         return self.g.size == self.pairs
 
+    @classmethod
+    def failed(cls, index: int, start: int, pairs: int, kind: str, seconds: float = 0.0) -> "BlockResult":
+        """A block none of whose pairs produced a G (e.g. its task was killed): every G is +∞."""
+        return cls(index, start, np.full(pairs, math.inf), pairs, {kind: pairs}, seconds, pairs)
+
     def compacted(self, keep: int) -> "BlockResult":
         """The same result carrying only the ``keep`` largest G: enough for Δ̂ = G_(k)."""
         from .reduce import largest
@@ -105,6 +120,7 @@ class PairJob:
     block_size: int
     out_dim: int
     strict: bool = False
+    pair_timeout: float | None = None
 
     # ---- databases -------------------------------------------------------------------------
     def draw(self, block_index: int) -> tuple[np.ndarray, int]:
@@ -155,11 +171,13 @@ class PairJob:
         if batch is None:
             return None
         pairs = d.shape[0]
+        budget = None if self.pair_timeout is None else self.pair_timeout * pairs
         try:  # D and D′ separately: no stacked copy of the block
-            outs_a = np.asarray(batch(d), dtype=np.float64)
-            outs_b = np.asarray(batch(d_prime), dtype=np.float64)
-        except Exception:
-            return None  # fall back to pair-by-pair so one bad database fails only its pair
+            with _alarm(budget):
+                outs_a = np.asarray(batch(d), dtype=np.float64)
+                outs_b = np.asarray(batch(d_prime), dtype=np.float64)
+        except (Exception, PairTimeout):
+            return None  # fall back to pair-by-pair so one bad (or hanging) database fails only its pair
         if outs_a.shape[:1] != (pairs,) or outs_b.shape != outs_a.shape:
             return None
         a = _embed_rows(self.mechanism, outs_a)
@@ -182,11 +200,15 @@ class PairJob:
         for j in range(pairs):
             i = start + j
             try:
-                if pair_eval is not None:
-                    fa, fb = pair_eval(d[j], d_prime[j])
-                else:
-                    fa, fb = self.target(d[j]), self.target(d_prime[j])
+                with _alarm(self.pair_timeout):
+                    if pair_eval is not None:
+                        fa, fb = pair_eval(d[j], d_prime[j])
+                    else:
+                        fa, fb = self.target(d[j]), self.target(d_prime[j])
                 a, b = self._embed(fa), self._embed(fb)
+            except PairTimeout:
+                g[j] = self._fail(kinds, "timed out", i, f"over {self.pair_timeout:g} s")
+                continue
             except _ShapeError as exc:
                 g[j] = self._fail(kinds, "wrong output shape", i, str(exc))
                 continue
@@ -233,6 +255,43 @@ class _ShapeError(Exception):
     pass
 
 
+class PairTimeout(BaseException):
+    """Raised inside a target that overran ``pair_timeout``.
+
+    A BaseException, so that a target's own ``except Exception`` cannot swallow it.
+    """
+
+
+def _on_alarm(signum, frame):
+    raise PairTimeout()
+
+
+def check_alarm_usable() -> None:
+    """``pair_timeout`` uses SIGALRM: only on a POSIX process's main thread."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        from .errors import EngineError
+
+        raise EngineError("pair_timeout needs to run on a process's main thread on a POSIX system "
+                          "(it uses SIGALRM); run the sampler from the main thread, or use the Ray "
+                          "backend's task_timeout")
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float | None):
+    """Raise :class:`PairTimeout` in this thread after ``seconds`` (None: no limit)."""
+    if seconds is None:
+        yield
+        return
+    check_alarm_usable()
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _embed_rows(mechanism, outs: np.ndarray) -> np.ndarray | None:
     rows = getattr(mechanism, "embed_batch", None)
     try:
@@ -243,14 +302,20 @@ def _embed_rows(mechanism, outs: np.ndarray) -> np.ndarray | None:
         return None
 
 
-def probe_output_dim(target, oracle, mechanism, n: int, seed: int) -> int:
+def probe_output_dim(target, oracle, mechanism, n: int, seed: int, timeout: float | None = None) -> int:
     """Evaluate the target once on a public probe database to learn its output dimension."""
     rng = block_rng(seed, PROBE_KEY)
     records = np.asarray(oracle.sample(rng, n))
     if records.ndim < 1 or records.shape[0] != n:
         raise OracleError(f"oracle.sample(rng, {n}) returned shape {records.shape}; expected {n} records first")
+    if timeout is not None:
+        check_alarm_usable()
     try:
-        value = target(records)
+        with _alarm(timeout):
+            value = target(records)
+    except PairTimeout:
+        raise TargetError(f"the target did not finish within pair_timeout={timeout:g} s on a probe database "
+                          "drawn from the oracle; a target that hangs on typical oracle data cannot be sampled") from None
     except Exception as exc:
         raise TargetError(
             f"the target failed on a probe database drawn from the oracle ({type(exc).__name__}: {exc}); "

@@ -141,6 +141,7 @@ def estimate_sensitivity(
     keep_sample: bool = False,
     store=None,
     resume: bool = False,
+    pair_timeout: float | None = None,
     **engine_options,
 ) -> SensitivityEstimate:
     """SensitivitySampler(n, f, m, k, P): Δ̂ = G_(k) over m neighbouring pairs drawn from ``oracle``.
@@ -151,6 +152,9 @@ def estimate_sensitivity(
     seed and records it. ``backend`` is ``"local"`` (in process), ``"ray"`` or ``"auto"``.
     ``keep_sample=True`` keeps all m G values (needed to re-derive Δ̂ for a smaller γ).
     ``store`` (a path or URI) streams the sample to a resumable Parquet store.
+    ``pair_timeout`` (seconds) turns a pair whose evaluation overruns it into a counted failure
+    (G = +∞); with the Ray backend ``task_timeout=`` does the same for a whole task, killing its
+    worker (for targets stuck in C code). See :mod:`raydp.blocks`.
     """
     from .oracles import as_oracle
     from .targets import as_target
@@ -177,9 +181,13 @@ def estimate_sensitivity(
     if store is None and resume:
         raise InvalidArgument("resume=True needs a store")
 
-    out_dim = probe_output_dim(target, oracle, mechanism, n, seed)
+    if pair_timeout is not None and (isinstance(pair_timeout, bool) or not isinstance(pair_timeout, numbers.Real)
+                                     or not 0 < pair_timeout < float("inf")):
+        raise InvalidArgument(f"pair_timeout must be a positive number of seconds or None, got {pair_timeout!r}")
+    out_dim = probe_output_dim(target, oracle, mechanism, n, seed, timeout=pair_timeout)
     job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=p.m, seed=seed,
-                  block_size=bs, out_dim=out_dim, strict=bool(strict))
+                  block_size=bs, out_dim=out_dim, strict=bool(strict),
+                  pair_timeout=None if pair_timeout is None else float(pair_timeout))
     identity = dict(
         n=n, seed=seed, block_size=bs, mechanism=describe(mechanism), norm=str(mechanism.norm),
         target=describe(target), oracle=describe(oracle), output_dim=out_dim,

@@ -15,12 +15,18 @@ def groups_of(blocks: Sequence[int], group_size: int) -> list[list[int]]:
 
 
 def run_blocks(job: PairJob, blocks: Sequence[int], *, group_size: int = 1,
-               shuffle_seed: int | None = None, compact: int | None = None) -> Iterator[BlockResult]:
+               shuffle_seed: int | None = None, compact: int | None = None,
+               task_timeout: float | None = None) -> Iterator[BlockResult]:
     """Run ``blocks`` in process, ``group_size`` blocks per call.
 
     ``shuffle_seed`` runs the groups in a shuffled order; it exists to show (and test) that the
     order of execution never changes a result.
     """
+    if task_timeout is not None:
+        from ..errors import InvalidArgument
+
+        raise InvalidArgument("task_timeout needs the Ray backend (it kills the worker running the task); "
+                              "in process use pair_timeout")
     groups = groups_of(blocks, max(1, int(group_size)))
     if shuffle_seed is not None:
         order = np.random.default_rng(shuffle_seed).permutation(len(groups))

@@ -9,6 +9,13 @@ first level of the reduce tree); the driver merges those (the second level).
 Faults: Ray retries a task whose worker died (``max_retries``); application errors are not
 retried (they are deterministic). A task lost for good raises :class:`raydp.errors.EngineError`;
 the run never finishes with fewer than m pairs.
+
+Hanging targets: with ``task_timeout`` (seconds) a task that has not returned that long after it
+was submitted is cancelled with ``force=True`` (Ray kills its worker, which stops even a target
+stuck in C code) and every pair of its blocks counts as a failure, G = +∞, kind "task timed out".
+Failures only raise Δ̂, so this is safe; it is never a stuck job. The clock starts at submission,
+so with a timeout the driver keeps at most one task per CPU slot in flight (no task waits in a
+queue while its clock runs). For a finer grain use ``pair_timeout`` (per pair, in the worker).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from typing import Iterator, Sequence
 
 from ..blocks import BlockResult, PairJob
@@ -122,16 +130,22 @@ def run_blocks(
     max_retries: int = 3,
     compact: int | None = None,
     ray_init_cpus: int | None = None,
+    task_timeout: float | None = None,
 ) -> Iterator[BlockResult]:
     """Run ``blocks`` as Ray tasks; yield each block's result as its task finishes.
 
     ``num_cpus``/``memory`` are per task (raise ``num_cpus`` for multi-threaded targets).
     ``group_size`` blocks go to one task (default: about four tasks per CPU slot).
     ``compact``: forward only that many largest G per block (Δ̂ only, no sample).
+    ``task_timeout``: seconds after which a task is killed and its pairs count as failures.
     """
     import ray
     from ray.exceptions import RayTaskError
 
+    if task_timeout is not None and not (isinstance(task_timeout, (int, float)) and 0 < task_timeout < math.inf):
+        from ..errors import InvalidArgument
+
+        raise InvalidArgument(f"task_timeout must be a positive number of seconds, got {task_timeout!r}")
     blocks = list(blocks)
     if not blocks:  # e.g. a resumed store that is already complete: no need to start Ray
         return
@@ -145,7 +159,7 @@ def run_blocks(
     if group_size is None:
         group_size = max(1, math.ceil(len(blocks) / (4 * slots)))
     if max_in_flight is None:
-        max_in_flight = 2 * slots
+        max_in_flight = slots if task_timeout is not None else 2 * slots
     options = dict(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False)
     if memory is not None:
         options["memory"] = memory
@@ -155,14 +169,23 @@ def run_blocks(
     pending = groups_of(blocks, group_size)
     pending.reverse()  # pop() from the end submits groups in block order
     in_flight: dict = {}
+    deadline: dict = {}
     try:
         while pending or in_flight:
             while pending and len(in_flight) < max_in_flight:
                 group = pending.pop()
-                in_flight[task.remote(job_ref, group, compact)] = group
-            done, _ = ray.wait(list(in_flight), num_returns=1)
+                ref = task.remote(job_ref, group, compact)
+                in_flight[ref] = group
+                if task_timeout is not None:
+                    deadline[ref] = time.monotonic() + task_timeout
+            wait = None if task_timeout is None else max(0.0, min(deadline.values()) - time.monotonic())
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=wait)
+            if not done:
+                yield from _expire(job, in_flight, deadline, task_timeout, compact)
+                continue
             for ref in done:
                 group = in_flight.pop(ref)
+                deadline.pop(ref, None)
                 try:
                     results = ray.get(ref)
                 except RayTaskError as exc:
@@ -179,3 +202,24 @@ def run_blocks(
     finally:
         for ref in in_flight:
             ray.cancel(ref, force=False)
+
+
+def _expire(job: PairJob, in_flight: dict, deadline: dict, task_timeout: float, compact: int | None):
+    """Kill the tasks past their deadline; every pair of their blocks is a counted failure."""
+    import ray
+
+    from ..errors import TargetError
+
+    now = time.monotonic()
+    for ref in [r for r, t in deadline.items() if t <= now]:
+        group = in_flight.pop(ref)
+        del deadline[ref]
+        ray.cancel(ref, force=True)
+        if job.strict:
+            raise TargetError(f"blocks {group[0]}..{group[-1]}: task ran over task_timeout={task_timeout:g} s "
+                              "(strict mode)")
+        for b in group:
+            start = b * job.block_size
+            result = BlockResult.failed(b, start, min(job.block_size, job.m - start), "task timed out",
+                                        seconds=task_timeout)
+            yield result if compact is None else result.compacted(compact)

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import sys
 
 from .errors import InvalidArgument, RaydpError
@@ -139,9 +140,11 @@ def cmd_estimate(a) -> int:
     options = {}
     if a.address:
         options["address"] = a.address
+    if a.task_timeout is not None:
+        options["task_timeout"] = a.task_timeout
     est = estimate_sensitivity(
         target, oracle, a.n, mechanism=mech, seed=a.seed, block_size=a.block_size, backend=a.backend,
-        strict=a.strict, progress=not a.quiet, store=a.out, resume=a.resume, **_plan_kwargs(a), **options,
+        strict=a.strict, pair_timeout=a.pair_timeout, progress=not a.quiet, store=a.out, resume=a.resume, **_plan_kwargs(a), **options,
     )
     print_estimate(est, as_json=a.json, uri=a.out)
     return 0
@@ -259,6 +262,10 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="store URI: local path or pyarrow filesystem URI (s3://...)")
     e.add_argument("--resume", action="store_true", help="continue the run stored at --out")
     e.add_argument("--strict", action="store_true", help="stop on the first failing pair")
+    e.add_argument("--pair-timeout", type=float, metavar="SECONDS",
+                   help="a pair whose evaluation takes longer counts as a failure (G = +inf)")
+    e.add_argument("--task-timeout", type=float, metavar="SECONDS",
+                   help="ray backend: kill a task that runs longer; its pairs count as failures")
     e.add_argument("--quiet", action="store_true", help="no progress display")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_estimate)
@@ -306,6 +313,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("raydp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `raydp show ... | head`: the reader left, nothing to report
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141
 
 
 if __name__ == "__main__":

@@ -267,6 +267,83 @@ class LocalCluster:
 
     _sids_seen: tuple[int, ...] = ()  # session ids of all nodes, recorded right after `up`
 
+    @property
+    def session_dir(self) -> Path | None:
+        """The Ray session dir of this cluster (head and worker nodes share it; logs in ./logs),
+        from RAY_SESSION_DIR in <state_dir>/cluster.env; None if not recorded."""
+        env_file = self.state_dir / "cluster.env"
+        if not env_file.exists():
+            return None
+        for line in env_file.read_text().splitlines():
+            if line.startswith("RAY_SESSION_DIR="):
+                return Path(line.split("=", 1)[1])
+        return None
+
+    def listening_sockets(self) -> list[ListenSocket]:
+        """TCP LISTEN sockets held by the live processes of this cluster's nodes."""
+        return listening_sockets(self.our_live_pids())
+
+
+def live_pids_in_sessions(sids) -> list[int]:
+    """Live (non-zombie) PIDs whose session id is one of ``sids``."""
+    return _live_pids_in_sessions(set(sids))
+
+
+@dataclass(frozen=True)
+class ListenSocket:
+    pid: int
+    comm: str  # /proc/<pid>/comm, e.g. "raylet", "gcs_server", "ray::DashboardA"
+    ip: str  # as bound: "127.0.0.1", "0.0.0.0", "::", "::ffff:127.0.0.1", ...
+    port: int
+
+    @property
+    def loopback_v4(self) -> bool:
+        """Bound to 127.0.0.1 (also as the IPv4-mapped IPv6 address ::ffff:127.0.0.1)."""
+        return self.ip in ("127.0.0.1", "::ffff:127.0.0.1")
+
+
+def _proc_net_addr(hexaddr: str, v6: bool) -> tuple[str, int]:
+    ip, port = hexaddr.split(":")
+    raw = bytes.fromhex(ip)
+    if v6:  # four host-order 32-bit words
+        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+        return socket.inet_ntop(socket.AF_INET6, raw), int(port, 16)
+    return socket.inet_ntop(socket.AF_INET, raw[::-1]), int(port, 16)
+
+
+def listening_sockets(pids) -> list[ListenSocket]:
+    """Every TCP LISTEN socket (IPv4 and IPv6) that one of ``pids`` holds open, from /proc (no
+    psutil needed): /proc/net/tcp{,6} rows in state 0A, matched by inode to /proc/<pid>/fd links.
+    Sockets are listed once per (pid, inode)."""
+    listen: dict[str, tuple[str, int]] = {}
+    for name, v6 in (("tcp", False), ("tcp6", True)):
+        try:
+            rows = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) > 9 and f[3] == "0A":  # TCP_LISTEN
+                listen[f[9]] = _proc_net_addr(f[1], v6)
+    out = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:  # gone, or not ours to read
+            continue
+        seen = set()
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in listen and link not in seen:
+                seen.add(link)
+                ip, port = listen[link[8:-1]]
+                out.append(ListenSocket(pid, comm, ip, port))
+    return out
+
 
 def _live_pids_in_sessions(sids: set[int]) -> list[int]:
     out = []

@@ -156,7 +156,9 @@ class PairJob:
     # ---- evaluation ------------------------------------------------------------------------
     def _fail(self, kinds: dict, kind: str, pair_index: int, detail: str = "") -> float:
         if self.strict:
-            raise TargetError(f"pair {pair_index}: {kind}{': ' + detail if detail else ''} (strict mode)")
+            # from None: the target's exception (whose message may quote records) is not chained
+            # into the traceback that Ray ships back and prints.
+            raise TargetError(f"pair {pair_index}: {kind}{': ' + detail if detail else ''} (strict mode)") from None
         kinds[kind] = kinds.get(kind, 0) + 1
         return math.inf
 
@@ -317,10 +319,12 @@ def probe_output_dim(target, oracle, mechanism, n: int, seed: int, timeout: floa
         raise TargetError(f"the target did not finish within pair_timeout={timeout:g} s on a probe database "
                           "drawn from the oracle; a target that hangs on typical oracle data cannot be sampled") from None
     except Exception as exc:
+        # The target's own message is not repeated: it may quote records, and an oracle can be a
+        # bootstrap of a real dataset. Run the target on oracle data yourself to see it.
         raise TargetError(
-            f"the target failed on a probe database drawn from the oracle ({type(exc).__name__}: {exc}); "
-            "a target that fails on typical oracle data cannot be sampled"
-        ) from exc
+            f"the target raised {type(exc).__name__} on a probe database drawn from the oracle (its message "
+            "is withheld: it may quote records); a target that fails on typical oracle data cannot be sampled"
+        ) from None
     try:
         e = np.asarray(mechanism.embed(value), dtype=np.float64)
     except Exception as exc:

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import EstimateMismatchError, InvalidArgument, MechanismError
+from .errors import EstimateMismatchError, InvalidArgument, MechanismError, TargetError
 from .identity import describe, measurement
 from .sampler import SensitivityEstimate, estimate_sensitivity
+from .targets import as_target
 
 @dataclass(frozen=True)
 class Release:
@@ -68,6 +69,15 @@ def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int
         )
 
 
+def _respond(mechanism, value, sensitivity: float):
+    """``mechanism.release`` on the private answer; a failure's message is withheld (it may quote it)."""
+    try:
+        return mechanism.release(value, sensitivity)
+    except Exception as exc:
+        raise MechanismError(f"the {mechanism.name} mechanism raised {type(exc).__name__} on the private answer; "
+                             "its message is withheld because it may quote the answer") from None
+
+
 def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimate | None = None,
                         oracle=None, gamma=None, m=None, k=None, seed=None, ledger=None,
                         ledger_label: str | None = None, **sampler_options) -> Release:
@@ -87,10 +97,20 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
         ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)  # fail before any sampling
     elif ledger_label is not None:
         raise InvalidArgument("ledger_label= needs ledger=")
-    data = np.asarray(data)
+    try:
+        data = np.asarray(data)
+    except (TypeError, ValueError) as exc:  # ragged nested lists
+        raise InvalidArgument(f"data must be an array with records along the first axis ({exc})") from None
     if data.ndim < 1 or data.shape[0] < 1:
         raise InvalidArgument(f"data must be an array with records along the first axis, got shape {data.shape}")
     n = int(data.shape[0])
+    target = as_target(target)
+    for attr in ("embed", "release", "privacy", "norm"):
+        if not hasattr(mechanism, attr):
+            raise InvalidArgument(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
+    if estimate is not None and not isinstance(estimate, SensitivityEstimate):
+        raise InvalidArgument("estimate must be a SensitivityEstimate (from estimate_sensitivity or load_estimate), "
+                              f"got {type(estimate).__name__}")
     if estimate is None:
         if oracle is None:
             raise InvalidArgument("give either estimate= (a precomputed Δ̂) or oracle= and a plan to sample one")
@@ -100,8 +120,18 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     elif any(v is not None for v in (oracle, gamma, m, k, seed)):
         raise InvalidArgument("estimate= was given: do not also give oracle, gamma, m, k or seed")
     check_estimate_fits(estimate, target, mechanism, n)
-    value = target(data)
-    embedded = np.asarray(mechanism.embed(value))
+    # Neither the target's nor the mechanism's error message is repeated: computed on the private
+    # data, it may quote records or the exact (unnoised) answer.
+    try:
+        value = target(data)
+    except Exception as exc:
+        raise TargetError(f"the target raised {type(exc).__name__} on the private data; its message is "
+                          "withheld because it may quote the data") from None
+    try:
+        embedded = np.asarray(mechanism.embed(value))
+    except Exception as exc:
+        raise MechanismError(f"the target's output on the private data does not fit the {mechanism.name} "
+                             f"mechanism ({type(exc).__name__}; message withheld: it may quote the output)") from None
     if embedded.size != estimate.output_dim:
         raise EstimateMismatchError(
             f"target output on the data has {embedded.size} coordinates; the estimate was for {estimate.output_dim}"
@@ -109,11 +139,11 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     eps, delta = mechanism.privacy()
     entry = None
     if ledger is None:
-        released = mechanism.release(value, estimate.sensitivity)
+        released = _respond(mechanism, value, estimate.sensitivity)
     else:
         with ledger.charge(eps, delta, estimate.gamma, mechanism=mechanism.name, sensitivity=estimate.sensitivity,
                            estimate=estimate.provenance(), label=ledger_label) as charge:
-            released = mechanism.release(value, estimate.sensitivity)
+            released = _respond(mechanism, value, estimate.sensitivity)
         entry = {"path": ledger.path, "entry": charge.id, "composed": charge.guarantee.to_dict()}
     return Release(value=released, epsilon=float(eps), delta=float(delta), gamma=estimate.gamma,
                    sensitivity=estimate.sensitivity, mechanism=mechanism.name, estimate=estimate.provenance(),

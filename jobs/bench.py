@@ -461,7 +461,7 @@ def main(argv=None) -> int:
     ap.add_argument("--svm-n", type=int, default=1000)
     ap.add_argument("--svm-dim", type=int, default=8)
     ap.add_argument("--svm-m", type=int, default=800)
-    ap.add_argument("--svm-gamma", type=float, default=0.05)
+    ap.add_argument("--svm-gamma", type=float, default=0.1)
     ap.add_argument("--svm-repeats", type=int, default=1)
     ap.add_argument("--scaling-ms", type=int, nargs="+", default=[10**4, 10**5, 10**6])
     ap.add_argument("--overhead-tasks", type=int, default=200)

@@ -28,6 +28,8 @@ def _json_arg(text: str, flag: str) -> dict:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"{flag} must be a JSON object, e.g. '{{\"rate\": 1.0}}' ({exc.msg})") from None
+    except RecursionError:
+        raise InvalidArgument(f"{flag} must be a JSON object; this one nests too deeply") from None
     if not isinstance(value, dict):
         raise InvalidArgument(f"{flag} must be a JSON object, got {type(value).__name__}")
     return value
@@ -55,12 +57,17 @@ def build(spec: str, args_json: str | None, flag: str, factory_modules: tuple[st
     kwargs = _json_arg(args_json, flag + "-args") if args_json is not None else None
     is_factory = spec.split(":", 1)[0] in factory_modules
     if kwargs is not None or is_factory:
+        if not callable(obj):
+            raise InvalidArgument(f"{flag} {spec} is a {type(obj).__name__}, not a callable factory; "
+                                  f"name a function or class (e.g. raydp.targets:mean)")
         try:
             return obj(**(kwargs or {}))
         except RaydpError:
             raise
         except TypeError as exc:
             raise InvalidArgument(f"{flag}-args do not fit {spec}: {exc}") from None
+        except Exception as exc:  # a user factory's own error: still one line
+            raise InvalidArgument(f"{flag}: {spec}(**{flag}-args) raised {type(exc).__name__}: {exc}") from None
     return obj
 
 
@@ -71,6 +78,8 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
     if epsilon is not None:
         kwargs["epsilon"] = epsilon
     if delta is not None:
+        if name != "gaussian":
+            raise InvalidArgument(f"--delta applies to the gaussian mechanism only; {name} is pure ε-DP (delta = 0)")
         kwargs["delta"] = delta
     kwargs.setdefault("epsilon", 1.0)  # ε does not change how G is measured
     if name == "gaussian":
@@ -154,13 +163,16 @@ def cmd_show(a) -> int:
     from .store import load_estimate
 
     est = load_estimate(a.uri, gamma=a.gamma)
-    print_estimate(est, as_json=a.json)
-    if a.plot:
+    if a.plot:  # before printing anything: a plot that cannot be written is the whole error
         from .plots import plot_cdf
 
-        plot_cdf(est, a.plot)
-        if not a.json:
-            print(f"plot         {a.plot}")
+        try:
+            plot_cdf(est, a.plot)
+        except OSError as exc:
+            raise InvalidArgument(f"--plot: cannot write {a.plot!r} ({exc.strerror or exc})") from None
+    print_estimate(est, as_json=a.json)
+    if a.plot and not a.json:
+        print(f"plot         {a.plot}")
     return 0
 
 
@@ -192,6 +204,9 @@ def cmd_release(a) -> int:
         data = _read_data(a.data)
     except FileNotFoundError:
         raise InvalidArgument(f"--data: no such file {a.data!r}") from None
+    except (OSError, ValueError, EOFError) as exc:  # a directory, unreadable, not a .npy array
+        why = exc if isinstance(exc, (OSError, RaydpError)) else type(exc).__name__  # numpy's text may quote data
+        raise InvalidArgument(f"--data: cannot read {a.data!r} as .npy, .parquet or .csv ({why})") from None
     r = sample_then_respond(data, target, mech, estimate=est, ledger=ledger, ledger_label=a.label)
     value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
     out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,

@@ -26,6 +26,7 @@ OpenDP's samplers (:mod:`raydp.noise`), never from numpy.
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Real
 from typing import Any, Sequence
 
@@ -49,6 +50,12 @@ __all__ = [
 # Lattices beyond this many points are refused: every sampled database would need that many target
 # evaluations, and the noise scale Δ(K+1)^ℓ/ε would swamp any signal long before.
 _MAX_LATTICE_POINTS = 10_000_000
+# The order-h coefficients Σ (−1)^{i+1} C(h, i) A^{i−1} F cancel terms of size ~2^h: rounding error
+# grows like 2^h·ε_machine and swamps the approximation from h ≈ 50 on (measured: sin(6y), K = 10).
+_MAX_ORDER = 40
+# The analytic Gaussian calibration is verified to bracket and solve its root for every δ in
+# [smallest normal float, 1) when ε lies in this range (outside it log Φ under/overflows).
+_ANALYTIC_EPSILON_RANGE = (1e-100, 1e15)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -120,7 +127,8 @@ class Mechanism:
 
     def __init__(self, epsilon: float, delta: float = 0.0):
         self._epsilon = _check_epsilon(epsilon)
-        self._delta = float(delta)
+        pure = not isinstance(delta, bool) and isinstance(delta, Real) and delta == 0
+        self._delta = 0.0 if pure else _check_delta(delta)
 
     @property
     def epsilon(self) -> float:
@@ -219,7 +227,8 @@ class Laplace(Mechanism):
 
     def variance(self, sensitivity: float) -> float:
         """Noise variance per coordinate, ``2 b²``."""
-        return 2.0 * self.noise_scale(sensitivity) ** 2
+        b = self.noise_scale(sensitivity)
+        return 2.0 * b * b  # float ** 2 raises OverflowError for b > 1e154; b * b gives inf
 
     def release(self, value, sensitivity: float) -> np.ndarray:
         """``value`` + Laplace(Δ/ε) noise, with ``value``'s shape."""
@@ -248,7 +257,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     """Smallest σ for which N(0, σ²) noise is (ε, δ)-DP at ℓ2 sensitivity Δ (Balle & Wang 2018, Thm 8).
 
     Solves ``Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ) = δ`` by Brent's method on ``log(σ/Δ)``; the left
-    side decreases in σ, so the root is the smallest valid σ. Valid for every ε > 0.
+    side decreases in σ, so the root is the smallest valid σ. Valid for 1e-100 ≤ ε ≤ 1e15 (wider ε
+    under- or overflows log Φ and raises :class:`MechanismError`).
 
     >>> round(analytic_gaussian_sigma(1.0, 1e-5), 3) < round(math.sqrt(2 * math.log(1.25e5)), 3)
     True
@@ -262,6 +272,13 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
 
 
 def _analytic_ratio(eps: float, dlt: float) -> float:
+    lo, hi = _ANALYTIC_EPSILON_RANGE
+    if not lo <= eps <= hi or dlt < sys.float_info.min:
+        raise MechanismError(
+            f"the analytic Gaussian calibration needs {lo:g} <= epsilon <= {hi:g} and "
+            f"delta >= {sys.float_info.min:.4g}, got epsilon={eps!r}, delta={dlt!r}"
+        )
+
     def f(t: float) -> float:
         return _bw_excess(math.exp(t), eps) - dlt
 
@@ -298,7 +315,7 @@ class Gaussian(Mechanism):
     calibration : {"classic", "analytic"}
         ``"classic"`` (Dwork & Roth, Thm A.1): ``σ = Δ·sqrt(2 log(1.25/δ))/ε``, valid only for ε < 1.
         ``"analytic"`` (Balle & Wang 2018): the smallest σ satisfying their exact condition; valid for
-        every ε > 0 and never larger than classic.
+        every ε in [1e-100, 1e15] and never larger than classic.
 
     >>> mech = Gaussian(epsilon=0.5, delta=1e-5)
     >>> round(mech.noise_scale(1.0), 4)
@@ -328,6 +345,8 @@ class Gaussian(Mechanism):
             self._ratio = math.sqrt(2.0 * math.log(1.25 / self._delta)) / self._epsilon
         else:
             self._ratio = _analytic_ratio(self._epsilon, self._delta)
+        if not 0.0 < self._ratio < math.inf:  # ε so small that σ/Δ overflows
+            raise MechanismError(f"epsilon={self._epsilon!r} is too small: the Gaussian noise scale overflows")
 
     def noise_scale(self, sensitivity: float) -> float:
         """Standard deviation σ for ℓ2 sensitivity Δ (σ is proportional to Δ)."""
@@ -335,7 +354,8 @@ class Gaussian(Mechanism):
 
     def variance(self, sensitivity: float) -> float:
         """Noise variance per coordinate, ``σ²``."""
-        return self.noise_scale(sensitivity) ** 2
+        sigma = self.noise_scale(sensitivity)
+        return sigma * sigma  # inf rather than OverflowError for huge σ
 
     def release(self, value, sensitivity: float) -> np.ndarray:
         """``value`` + N(0, σ²) noise, with ``value``'s shape."""
@@ -464,7 +484,8 @@ class Exponential(Mechanism):
             p = np.zeros(scores.size)
             p[int(np.argmax(scores))] = 1.0
             return p
-        return special.softmax(scores / scale)
+        with np.errstate(over="ignore"):  # shift first: the top score maps to 0, so no inf - inf = NaN
+            return special.softmax((scores - scores.max()) / scale)
 
     def release(self, value, sensitivity: float):
         """One response, chosen with probability ∝ ``exp(ε s(r) / (2Δ))``."""
@@ -485,10 +506,19 @@ def _check_lattice(lattice, dims, order) -> tuple[int, int, int]:
     K = _check_positive_int(lattice, "lattice (K, the number of lattice steps per dimension)")
     ell = _check_positive_int(dims, "dims (ℓ, the input dimension of F)")
     h = _check_positive_int(order, "order (h, the iterated Bernstein order)")
-    if (K + 1) ** ell > _MAX_LATTICE_POINTS:
+    if h > _MAX_ORDER:
+        raise MechanismError(f"order (h, the iterated Bernstein order) must be at most {_MAX_ORDER}, got {h}; "
+                             "beyond that rounding error swamps the approximation")
+    # 2^ℓ ≤ (K+1)^ℓ: bound ℓ first so a huge ℓ is refused without computing the power
+    if ell >= _MAX_LATTICE_POINTS.bit_length() or (K + 1) ** ell > _MAX_LATTICE_POINTS:
         raise MechanismError(
             f"a lattice of (K+1)^ℓ = ({K}+1)^{ell} points is too large (at most "
             f"{_MAX_LATTICE_POINTS:,} allowed); lower lattice or dims"
+        )
+    if h > 1 and (K + 1) ** 2 > _MAX_LATTICE_POINTS:  # B_K is applied as a dense (K+1) x (K+1) matrix
+        raise MechanismError(
+            f"order h > 1 needs lattice K <= {math.isqrt(_MAX_LATTICE_POINTS) - 1} (a (K+1) x (K+1) operator "
+            f"matrix), got K={K}; lower lattice or use order=1"
         )
     return K, ell, h
 
@@ -650,7 +680,7 @@ class Bernstein(Mechanism):
     dims : int
         ℓ ≥ 1, the dimension of F's input.
     order : int
-        h ≥ 1, the iterated Bernstein order (1: plain Bernstein polynomial).
+        1 ≤ h ≤ 40, the iterated Bernstein order (1: plain Bernstein polynomial); h > 1 needs K ≤ 3161.
 
     >>> mech = Bernstein(epsilon=1.0, lattice=4, dims=1)
     >>> mech.lattice_points().ravel()

@@ -19,6 +19,7 @@ import hashlib
 import math
 import numbers
 import os
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -61,8 +62,9 @@ def _real(name: str, value: Any, *, positive: bool = False) -> float:
 def _dim(value: Any, *, allow_none: bool = True) -> int | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < 1:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or not 1 <= int(value) < 2**63:
         allowed = "None (scalar records) or a positive integer" if allow_none else "a positive integer"
+        allowed += " below 2**63"
         raise OracleError(f"dim must be {allowed}, got {value!r}")
     return int(value)
 
@@ -87,8 +89,8 @@ def _param_vector(name: str, value: Any, dim: int | None, *, positive: bool = Fa
 
 
 def _size(size: Any) -> int:
-    if isinstance(size, (bool, np.bool_)) or not isinstance(size, numbers.Integral) or int(size) < 0:
-        raise OracleError(f"size must be a non-negative integer, got {size!r}")
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, numbers.Integral) or not 0 <= int(size) <= 2**63 - 1:
+        raise OracleError(f"size must be an integer in [0, 2**63 - 1] (numpy's largest array), got {size!r}")
     return int(size)
 
 
@@ -104,6 +106,8 @@ class Exponential:
 
     def __init__(self, rate: float):
         self.rate = _real("rate", rate, positive=True)
+        if not math.isfinite(1.0 / self.rate):  # the mean 1/rate must be a float, or every draw is inf
+            raise OracleError(f"rate must be at least {1 / sys.float_info.max:.4g} (1/rate overflows), got {rate!r}")
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return rng.exponential(1.0 / self.rate, size=_size(size)).astype(np.float64, copy=False)
@@ -160,6 +164,10 @@ class Uniform:
         self.high = _param_vector("high", high, self.dim)
         if not np.all(np.asarray(self.low) < np.asarray(self.high)):
             raise OracleError(f"uniform needs low < high, got low={low!r}, high={high!r}")
+        with np.errstate(over="ignore"):
+            width = np.asarray(self.high) - np.asarray(self.low)
+        if not np.all(np.isfinite(width)):
+            raise OracleError(f"uniform needs high - low to be a finite float, got low={low!r}, high={high!r}")
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         shape = (_size(size),) if self.dim is None else (_size(size), self.dim)

@@ -29,6 +29,10 @@ from .errors import PlanError
 
 MODES = ("m", "gamma", "k", "manual")
 
+# Largest m (and k) a plan allows: beyond 2**53 a float no longer holds every integer, so
+# ⌈m · (1 − γ + γ_lo)⌉ cannot be computed to the pair, and lambertw(−1/(4m)) underflows near 1e308.
+MAX_M = 2**53
+
 
 
 @dataclass(frozen=True)
@@ -106,13 +110,16 @@ def _check_gamma(gamma) -> float:
 
 
 def _check_count(name: str, value) -> int:
+    given = value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer():
+        if not isinstance(value, bool) and isinstance(value, numbers.Real) and float(value).is_integer():
             value = int(value)
         else:
             raise PlanError(f"{name} must be a positive integer, got {value!r}")
     if value < 1:
         raise PlanError(f"{name} must be a positive integer, got {value!r}")
+    if value > MAX_M:
+        raise PlanError(f"{name} must be a positive integer at most 2**53 = {MAX_M}, got {given!r}")
     return int(value)
 
 
@@ -133,6 +140,16 @@ def _min_m_with_some_gamma() -> int:
 MIN_M = _min_m_with_some_gamma()
 
 
+def _round_up(x: float, digits: int = 3) -> float:
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(x)))
+    return math.ceil(x * scale) / scale
+
+
+# The smallest γ mode "m" accepts: smaller ones need more than MAX_M pairs (and below ~1e-300 the
+# Lambert W of −γ/(2√e) underflows).
+MIN_GAMMA = _round_up(min_gamma(MAX_M))
+
+
 def plan(*, gamma=None, m=None, k=None) -> Plan:
     """Build a Theorem-15 plan from any admissible combination of γ, m and k.
 
@@ -142,6 +159,8 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
     - ``m`` and ``k``: report γ = 1 − k/m + γ_lo(m, ρ*), ``mode="manual"``.
 
     Raises :class:`raydp.errors.PlanError` (a ``ValueError``) with what was wrong and what is allowed.
+    m and k are integers in [1, 2**53]; γ alone must be at least ``MIN_GAMMA`` (3.49e-8, which needs
+    about 2**53 pairs). A γ the plan computes (modes ``"gamma"``, ``"manual"``) is rounded up, never down.
 
     >>> plan(m=2000, gamma=0.05).k
     1983
@@ -149,13 +168,15 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
     given = tuple(name for name, v in (("gamma", gamma), ("m", m), ("k", k)) if v is not None)
     if given == ("gamma",):
         g = _check_gamma(gamma)
+        if g < MIN_GAMMA:
+            raise PlanError(f"gamma={g!r} needs more than 2**53 pairs; use gamma >= {MIN_GAMMA:g}")
         rho = rho_for_gamma(g)
         mm = _ceil(math.log(1.0 / rho) / (2.0 * (g - rho) ** 2))
         return Plan(m=mm, k=_k_for(mm, g, rho), gamma=g, rho=rho, mode="m")
     if given == ("m",):
         mm = _check_count("m", m)
         rho = rho_for_m(mm)
-        g = gamma_lo(mm, rho)
+        g = gamma_lo(mm, rho) * (1.0 + 4 * math.ulp(1.0))  # γ is a claim: round it up, never down
         if g >= 1.0:
             raise PlanError(f"m={mm} is too small to certify any gamma < 1; use m >= {MIN_M}")
         return Plan(m=mm, k=mm, gamma=g, rho=rho, mode="gamma")
@@ -176,7 +197,8 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
         if kk > mm:
             raise PlanError(f"k must be at most m, got k={kk} > m={mm}")
         rho = rho_for_m(mm)
-        g = 1.0 - kk / mm + gamma_lo(mm, rho)
+        # 1 − k/m loses the low digits of γ when γ is near 1: round the claim up, never down
+        g = 1.0 - kk / mm + gamma_lo(mm, rho) + 4 * math.ulp(1.0)
         if g >= 1.0:
             smallest_k = _ceil(mm * (gamma_lo(mm, rho) + 1e-12)) + 1
             raise PlanError(

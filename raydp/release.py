@@ -99,8 +99,9 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
         raise InvalidArgument("ledger_label= needs ledger=")
     try:
         data = np.asarray(data)
-    except (TypeError, ValueError) as exc:  # ragged nested lists
-        raise InvalidArgument(f"data must be an array with records along the first axis ({exc})") from None
+    except (TypeError, ValueError) as exc:  # ragged nested lists; numpy's message could quote the data
+        raise InvalidArgument(f"data must be an array with records along the first axis ({type(exc).__name__}: "
+                              "rows of unequal length?)") from None
     if data.ndim < 1 or data.shape[0] < 1:
         raise InvalidArgument(f"data must be an array with records along the first axis, got shape {data.shape}")
     n = int(data.shape[0])

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import time
 from dataclasses import dataclass, field, replace
@@ -19,7 +20,7 @@ import numpy as np
 
 from ._version import __version__
 from .blocks import BlockResult, PairJob, default_block_size, num_blocks, probe_output_dim
-from .errors import EngineError, InvalidArgument, PlanError
+from .errors import EngineError, InvalidArgument, OracleError, PlanError, RaydpError
 from .identity import describe
 from .plan import Plan, plan as make_plan
 from .reduce import TopK, kth_smallest
@@ -156,7 +157,7 @@ def estimate_sensitivity(
     (G = +∞); with the Ray backend ``task_timeout=`` does the same for a whole task, killing its
     worker (for targets stuck in C code). See :mod:`raydp.blocks`.
     """
-    from .oracles import as_oracle
+    from .oracles import as_oracle, check_records
     from .targets import as_target
 
     target = as_target(target)
@@ -168,6 +169,9 @@ def estimate_sensitivity(
         if not hasattr(mechanism, attr):
             raise InvalidArgument(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
     seed = resolve_seed(seed)
+    for flag, value in (("strict", strict), ("progress", progress), ("keep_sample", keep_sample), ("resume", resume)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise InvalidArgument(f"{flag} must be True or False, got {value!r}")
     if block_size is None and store is not None and resume:
         from .store import stored_block_size
 
@@ -180,6 +184,30 @@ def estimate_sensitivity(
         raise InvalidArgument(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if store is None and resume:
         raise InvalidArgument("resume=True needs a store")
+    if bs * (n + 1) > 2**63 - 1:  # records drawn per block: numpy's largest array
+        raise InvalidArgument(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, block_size={bs}")
+    from .engine import local, ray_backend  # neither imports ray at module level
+
+    engine_run = (local if backend == "local" else ray_backend).run_blocks
+    allowed = {name for name, prm in inspect.signature(engine_run).parameters.items()
+               if prm.kind is prm.KEYWORD_ONLY and name != "backend"}
+    allowed |= {"flush_rows", "flush_seconds"} if store is not None else set()
+    unknown = sorted(set(engine_options) - allowed)
+    if unknown:
+        raise InvalidArgument(f"unknown option(s) {', '.join(unknown)} for the {backend} backend"
+                              f"{' with a store' if store is not None else ''}; allowed: {', '.join(sorted(allowed))}")
+    from .blocks import PROBE_KEY, block_rng
+
+    # The oracle must honour its protocol before any pair is drawn: NaN records would turn every
+    # pair into a failure, complex ones would silently lose their imaginary part.
+    try:
+        probe = oracle.sample(block_rng(seed, PROBE_KEY), n)
+    except RaydpError:
+        raise
+    except Exception as exc:
+        raise OracleError(f"oracle.sample(rng, {n}) raised {type(exc).__name__}: {exc}") from exc
+    check_records(probe, n)
+    del probe  # the probe below draws it again; do not hold n records for the whole run
 
     if pair_timeout is not None and (isinstance(pair_timeout, bool) or not isinstance(pair_timeout, numbers.Real)
                                      or not 0 < pair_timeout < float("inf")):

@@ -52,6 +52,8 @@ def open_fs(uri: str) -> tuple[pafs.FileSystem, str]:
         raise StoreError(f"store must be a path or URI string, got {uri!r}")
     uri = str(uri)
     if "://" not in uri:
+        if os.path.exists(uri) and not os.path.isdir(uri):
+            raise StoreError(f"store {uri!r} is a file; a store is a directory (a new or an existing store path)")
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
@@ -298,10 +300,22 @@ def load_estimate(uri: str, *, gamma: float | None = None):
     if not store.exists("meta.json"):
         raise StoreError(f"no raydp store at {uri!r} (meta.json not found)")
     meta = store.read_json("meta.json")
-    if meta.get("format") != FORMAT:
-        raise StoreError(f"store {uri!r} has format {meta.get('format')}, this raydp reads {FORMAT}")
-    plan = Plan.from_dict(meta["plan"])
-    prov = meta["provenance"]
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if fmt != FORMAT:
+        raise StoreError(f"store {uri!r} has format {fmt}, this raydp reads {FORMAT}")
+    try:  # a hand-edited or foreign meta.json must not surface as a KeyError deep inside
+        plan = Plan.from_dict(meta["plan"])
+        prov = meta["provenance"]
+        sizes = {f: int(prov[f]) for f in ("block_size", "n", "seed", "output_dim")}
+        missing = {"mechanism", "norm", "target", "oracle"} - set(prov)
+        if missing:
+            raise KeyError(sorted(missing)[0])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise StoreError(f"store {uri!r} has a malformed meta.json ({type(exc).__name__}: {exc})") from None
+    if (not plan.satisfies_theorem15() or sizes["seed"] < 0
+            or min(sizes["block_size"], sizes["n"], sizes["output_dim"]) < 1):
+        raise StoreError(f"store {uri!r} holds an invalid run (plan {plan.to_dict()}, {sizes}); "
+                         "it was not written by raydp")
     done, top, sample = store.scan(plan, int(prov["block_size"]), want_sample=True, quarantine=False)
     total = num_blocks(plan.m, int(prov["block_size"]))
     if len(done) != total:

@@ -1,0 +1,791 @@
+"""Bad input, everywhere (issue 6): a table of bad arguments for every public function and CLI flag.
+
+API: each bad call raises one specific :mod:`raydp.errors` class whose message names the problem
+(the fragment). CLI: exit status 2, exactly one line on stderr, no traceback. A target that fails on
+some sampled pairs is not bad input: those pairs count as G = +∞ (see :mod:`raydp.blocks`); only
+the probe and strict mode raise. Property-based tests over the same surface: tests/test_properties.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import raydp
+from raydp import mechanisms, oracles, targets
+from raydp.cli import main
+from raydp.errors import (
+    EstimateMismatchError,
+    InvalidArgument,
+    MechanismError,
+    OracleError,
+    PlanError,
+    RaydpError,
+    StoreError,
+    TargetError,
+)
+
+NAN, INF = float("nan"), float("inf")
+HUGE = 2**70
+
+
+# ----------------------------------------------------------------------------- misbehaving objects
+# Module-level so the CLI can name them as test_bad_input:ATTR (pytest puts tests/ on sys.path).
+
+
+class _Oracle:
+    def __init__(self, draw):
+        self.draw = draw
+
+    def sample(self, rng, size):
+        return self.draw(rng, size)
+
+
+def _raise(exc):
+    raise exc
+
+
+nan_oracle = _Oracle(lambda rng, size: np.full(size, np.nan))
+inf_oracle = _Oracle(lambda rng, size: np.full(size, np.inf))
+list_oracle = _Oracle(lambda rng, size: [0.0] * size)
+short_oracle = _Oracle(lambda rng, size: np.zeros(size - 1))
+transposed_oracle = _Oracle(lambda rng, size: np.zeros((1, size)))
+scalar_oracle = _Oracle(lambda rng, size: np.float64(1.0))
+none_oracle = _Oracle(lambda rng, size: None)
+str_oracle = _Oracle(lambda rng, size: np.array(["a"] * size))
+complex_oracle = _Oracle(lambda rng, size: np.ones(size, dtype=complex))
+raising_oracle = _Oracle(lambda rng, size: _raise(RuntimeError("no data today")))
+
+
+class ChangingShape:
+    """A target whose output has 1 coordinate, then 2, then 1, ... (never a fixed shape)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, db):
+        self.calls += 1
+        return np.zeros(1 + self.calls % 2)
+
+
+def changing_shape():
+    return ChangingShape()
+
+
+def returns_str(db):
+    return "a string"
+
+
+def returns_none(db):
+    return None
+
+
+def returns_empty(db):
+    return np.zeros(0)
+
+
+def returns_dict(db):
+    return {"mean": 1.0}
+
+
+def raises(db):
+    raise ZeroDivisionError("boom")
+
+
+def raising_factory(**kwargs):
+    raise KeyError("factory failed")
+
+
+NOT_CALLABLE = 3.0
+
+
+# ----------------------------------------------------------------------------- files and a store
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bad_input")
+    c = SimpleNamespace(tmp=str(tmp))
+    c.file = str(tmp / "a_file")
+    with open(c.file, "w") as f:
+        f.write("not a store")
+    c.store = str(tmp / "store")  # n=5, m=50, mean of Exp(1), Laplace (ℓ1)
+    c.est = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 5, m=50, seed=1,
+                                       progress=False, store=c.store)
+    c.data = str(tmp / "data.npy")
+    np.save(c.data, np.random.default_rng(0).exponential(1.0, 5))
+    c.bad_npy = str(tmp / "garbage.npy")
+    with open(c.bad_npy, "wb") as f:
+        f.write(b"garbage")
+    c.obj_npy = str(tmp / "objects.npy")
+    np.save(c.obj_npy, np.array([{}] * 5, dtype=object), allow_pickle=True)
+    c.text_csv = str(tmp / "text.csv")
+    with open(c.text_csv, "w") as f:
+        f.write("x,name\n1,a\n2,b\n")
+    c.gaps_csv = str(tmp / "gaps.csv")
+    with open(c.gaps_csv, "w") as f:
+        f.write("x,y\n1,2\n3,\n")
+    c.empty_parquet = str(tmp / "empty.parquet")
+    pq.write_table(pa.table({"x": pa.array([], pa.float64())}), c.empty_parquet)
+    with open(os.path.join(c.store, "meta.json")) as f:
+        meta = json.load(f)
+
+    def store_with(name, content):
+        os.makedirs(tmp / name)
+        with open(tmp / name / "meta.json", "w") as f:
+            f.write(content if isinstance(content, str) else json.dumps(content))
+        return str(tmp / name)
+
+    c.meta_not_json = store_with("meta_not_json", "{bad")
+    c.meta_list = store_with("meta_list", "[1, 2]")
+    c.meta_no_plan = store_with("meta_no_plan", {"format": 1})
+    c.meta_bad_m = store_with("meta_bad_m", {**meta, "plan": {**meta["plan"], "m": "many"}})
+    c.meta_inf_m = store_with("meta_inf_m", '{"format": 1, "plan": {"m": Infinity, "k": 1, "gamma": 0.5, '
+                                            '"rho": 0.1, "mode": "manual"}, "provenance": {}}')
+    # a plan that breaks Theorem 15 (γ far below what m = 50 pairs can certify)
+    c.meta_bad_plan = store_with("meta_bad_plan", {**meta, "plan": {**meta["plan"], "gamma": 0.001, "rho": 0.0005}})
+    c.meta_no_oracle = store_with("meta_no_oracle", {**meta, "provenance": {k: v for k, v in meta["provenance"].items()
+                                                                            if k != "oracle"}})
+    return c
+
+
+def _est(**kw):
+    base = {"target": targets.mean(), "oracle": oracles.exponential(1.0), "n": 5, "m": 50, "seed": 0,
+            "progress": False}
+    return raydp.estimate_sensitivity(**{**base, **kw})
+
+
+def _str(**kw):
+    """sample_then_respond on 5 private records with the module's stored estimate unless overridden."""
+    return lambda c: raydp.sample_then_respond(
+        **{"data": np.load(c.data), "target": targets.mean(), "mechanism": mechanisms.Laplace(1.0),
+           "estimate": c.est, **kw})
+
+
+_rng = np.random.default_rng(0)
+_L = mechanisms.Laplace(1.0)
+_E2 = mechanisms.Exponential(1.0, ["a", "b"])
+_B4 = mechanisms.Bernstein(1.0, lattice=4, dims=1)
+_POLY = mechanisms.bernstein_approximation(lambda y: y[:, 0], lattice=4, dims=1)
+
+
+def P(**kw):
+    return lambda c: raydp.plan(**kw)
+
+
+def C(f, *a, **kw):
+    """A call that does not need the fixture."""
+    return lambda c: f(*a, **kw)
+
+
+# ----------------------------------------------------------------------------- the API table
+# (id, call(ctx), exception class (exact), message fragment)
+API = [
+    # --- raydp.plan: γ, m, k
+    ("plan-gamma-str", P(gamma="0.1"), PlanError, "gamma must be a number in (0, 1)"),
+    ("plan-gamma-bool", P(gamma=True), PlanError, "gamma must be a number in (0, 1)"),
+    ("plan-gamma-list", P(gamma=[0.1]), PlanError, "gamma must be a number in (0, 1)"),
+    ("plan-gamma-complex", P(gamma=0.1j), PlanError, "gamma must be a number in (0, 1)"),
+    ("plan-gamma-decimal", P(gamma=Decimal("0.1")), PlanError, "gamma must be a number in (0, 1)"),
+    ("plan-gamma-nan", P(gamma=NAN), PlanError, "open interval (0, 1), got nan"),
+    ("plan-gamma-np-nan", P(gamma=np.float64("nan")), PlanError, "open interval (0, 1)"),
+    ("plan-gamma-inf", P(gamma=INF), PlanError, "open interval (0, 1), got inf"),
+    ("plan-gamma-neg-inf", P(gamma=-INF), PlanError, "open interval (0, 1)"),
+    ("plan-gamma-0", P(gamma=0), PlanError, "open interval (0, 1), got 0"),
+    ("plan-gamma-1", P(gamma=1.0), PlanError, "open interval (0, 1)"),
+    ("plan-gamma-neg", P(gamma=-0.1), PlanError, "open interval (0, 1)"),
+    ("plan-gamma-huge", P(gamma=1e308), PlanError, "open interval (0, 1)"),
+    ("plan-gamma-subnormal", P(gamma=1e-320), PlanError, "needs more than 2**53 pairs; use gamma >= 3.49e-08"),
+    ("plan-gamma-tiniest", P(gamma=5e-324), PlanError, "use gamma >= 3.49e-08"),
+    ("plan-gamma-1e-9", P(gamma=1e-9), PlanError, "use gamma >= 3.49e-08"),
+    ("plan-m-0", P(m=0), PlanError, "m must be a positive integer, got 0"),
+    ("plan-m-neg", P(m=-3), PlanError, "m must be a positive integer"),
+    ("plan-m-float", P(m=10.5), PlanError, "m must be a positive integer, got 10.5"),
+    ("plan-m-np-float", P(m=np.float64(10.5)), PlanError, "m must be a positive integer"),
+    ("plan-m-nan", P(m=NAN), PlanError, "m must be a positive integer, got nan"),
+    ("plan-m-inf", P(m=INF), PlanError, "m must be a positive integer, got inf"),
+    ("plan-m-str", P(m="100"), PlanError, "m must be a positive integer, got '100'"),
+    ("plan-m-bool", P(m=True), PlanError, "m must be a positive integer, got True"),
+    ("plan-m-list", P(m=[100]), PlanError, "m must be a positive integer"),
+    ("plan-m-1e308", P(m=1e308), PlanError, "at most 2**53 = 9007199254740992, got 1e+308"),
+    ("plan-m-2**70", P(m=HUGE), PlanError, "at most 2**53"),
+    ("plan-m-2**53+1", P(m=2**53 + 1, gamma=0.5), PlanError, "at most 2**53"),
+    ("plan-m-1", P(m=1), PlanError, "use m >= 2"),
+    ("plan-m-gamma-too-small", P(m=1000, gamma=0.05), PlanError, "use gamma >= 0.0564677"),
+    ("plan-m-gamma-nan", P(m=1000, gamma=NAN), PlanError, "open interval (0, 1)"),
+    ("plan-k-0", P(m=100, k=0), PlanError, "k must be a positive integer, got 0"),
+    ("plan-k-neg", P(m=100, k=-1), PlanError, "k must be a positive integer"),
+    ("plan-k-float", P(m=100, k=2.5), PlanError, "k must be a positive integer"),
+    ("plan-k-str", P(m=100, k="5"), PlanError, "k must be a positive integer"),
+    ("plan-k-gt-m", P(m=100, k=101), PlanError, "k must be at most m, got k=101 > m=100"),
+    ("plan-k-huge", P(m=100, k=HUGE), PlanError, "at most 2**53"),
+    ("plan-k-certifies-nothing", P(m=100, k=1), PlanError, "certifies no gamma < 1"),
+    ("plan-k-alone", P(k=5), PlanError, "k needs m"),
+    ("plan-gamma-k", P(gamma=0.1, k=5), PlanError, "k needs m"),
+    ("plan-all-three", P(gamma=0.1, m=100, k=5), PlanError, "at most two"),
+    ("plan-nothing", P(), PlanError, "give gamma, or m"),
+    # --- mechanisms: ε, δ, calibration
+    ("laplace-eps-none", C(mechanisms.Laplace, None), MechanismError, "epsilon must be a real number > 0"),
+    ("laplace-eps-str", C(mechanisms.Laplace, "1"), MechanismError, "epsilon must be a real number > 0"),
+    ("laplace-eps-bool", C(mechanisms.Laplace, True), MechanismError, "epsilon must be a real number > 0"),
+    ("laplace-eps-list", C(mechanisms.Laplace, [1.0]), MechanismError, "epsilon must be a real number > 0"),
+    ("laplace-eps-complex", C(mechanisms.Laplace, 1j), MechanismError, "epsilon must be a real number > 0"),
+    ("laplace-eps-nan", C(mechanisms.Laplace, NAN), MechanismError, "epsilon must be finite and > 0, got nan"),
+    ("laplace-eps-inf", C(mechanisms.Laplace, INF), MechanismError, "epsilon must be finite and > 0, got inf"),
+    ("laplace-eps-0", C(mechanisms.Laplace, 0), MechanismError, "epsilon must be finite and > 0, got 0.0"),
+    ("laplace-eps-neg", C(mechanisms.Laplace, -1.0), MechanismError, "epsilon must be finite and > 0"),
+    ("laplace-delta-nan", C(mechanisms.Laplace, 1.0, NAN), MechanismError, "delta must lie strictly between 0 and 1"),
+    ("laplace-delta-str", C(mechanisms.Laplace, 1.0, "0"), MechanismError, "delta must be a real number"),
+    ("gaussian-delta-0", C(mechanisms.Gaussian, 0.5, 0.0), MechanismError, "delta must lie strictly between 0 and 1"),
+    ("gaussian-delta-1", C(mechanisms.Gaussian, 0.5, 1.0), MechanismError, "delta must lie strictly between 0 and 1"),
+    ("gaussian-delta-nan", C(mechanisms.Gaussian, 0.5, NAN), MechanismError, "strictly between 0 and 1, got nan"),
+    ("gaussian-delta-none", C(mechanisms.Gaussian, 0.5, None), MechanismError, "delta must be a real number in (0, 1)"),
+    ("gaussian-delta-str", C(mechanisms.Gaussian, 0.5, "1e-5"), MechanismError, "delta must be a real number"),
+    ("gaussian-calibration", C(mechanisms.Gaussian, 0.5, 1e-5, calibration="exact"), MechanismError,
+     "calibration must be one of ('classic', 'analytic')"),
+    ("gaussian-classic-eps-1", C(mechanisms.Gaussian, 1.0, 1e-5), MechanismError, "only valid for epsilon < 1"),
+    ("gaussian-classic-eps-tiny", C(mechanisms.Gaussian, 1e-320, 1e-5), MechanismError, "too small"),
+    ("gaussian-analytic-eps-1e308", C(mechanisms.Gaussian, 1e308, 1e-5, calibration="analytic"), MechanismError,
+     "needs 1e-100 <= epsilon <= 1e+15"),
+    ("gaussian-analytic-eps-2**70", C(mechanisms.Gaussian, HUGE, 1e-5, calibration="analytic"), MechanismError,
+     "needs 1e-100 <= epsilon <= 1e+15"),
+    ("gaussian-analytic-eps-1e-300", C(mechanisms.Gaussian, 1e-300, 1e-5, calibration="analytic"), MechanismError,
+     "needs 1e-100 <= epsilon"),
+    ("gaussian-analytic-delta-subnormal", C(mechanisms.Gaussian, 1.0, 5e-324, calibration="analytic"),
+     MechanismError, "delta >= 2.225e-308"),
+    ("analytic-sigma-eps-huge", C(mechanisms.analytic_gaussian_sigma, 1e300, 1e-5), MechanismError, "epsilon <= 1e+15"),
+    ("analytic-sigma-sens-neg", C(mechanisms.analytic_gaussian_sigma, 1.0, 1e-5, -1.0), MechanismError,
+     "sensitivity must be finite and >= 0"),
+    # --- exponential: response sets
+    ("exp-responses-empty", C(mechanisms.Exponential, 1.0, []), MechanismError, "responses must be non-empty"),
+    ("exp-responses-dup", C(mechanisms.Exponential, 1.0, ["a", "b", "a"]), MechanismError,
+     "responses must be distinct"),
+    ("exp-responses-dup-unhashable", C(mechanisms.Exponential, 1.0, [[1], [1]]), MechanismError,
+     "responses must be distinct"),
+    ("exp-responses-dup-array", C(mechanisms.Exponential, 1.0, np.array([1, 2, 1])), MechanismError,
+     "responses must be distinct"),
+    ("exp-responses-str", C(mechanisms.Exponential, 1.0, "abc"), MechanismError, "got a string; wrap it in a list"),
+    ("exp-responses-set", C(mechanisms.Exponential, 1.0, {1, 2}), MechanismError, "ordered sequence"),
+    ("exp-responses-dict", C(mechanisms.Exponential, 1.0, {"a": 1}), MechanismError, "ordered sequence"),
+    ("exp-responses-none", C(mechanisms.Exponential, 1.0, None), MechanismError,
+     "responses must be a non-empty sequence, got NoneType"),
+    ("exp-responses-int", C(mechanisms.Exponential, 1.0, 5), MechanismError, "responses must be a non-empty sequence"),
+    ("exp-responses-2d", C(mechanisms.Exponential, 1.0, np.zeros((2, 2))), MechanismError, "must be 1-D"),
+    ("exp-eps-nan", C(mechanisms.Exponential, NAN, [1, 2]), MechanismError, "epsilon must be finite"),
+    # --- bernstein: lattice, dims, order
+    ("bern-lattice-0", C(mechanisms.Bernstein, 1.0, 0, 1), MechanismError, "lattice (K, the number of lattice steps"),
+    ("bern-lattice-neg", C(mechanisms.Bernstein, 1.0, -4, 1), MechanismError, "must be an integer >= 1, got -4"),
+    ("bern-lattice-float", C(mechanisms.Bernstein, 1.0, 4.5, 1), MechanismError, "lattice (K"),
+    ("bern-lattice-str", C(mechanisms.Bernstein, 1.0, "4", 1), MechanismError, "lattice (K"),
+    ("bern-lattice-bool", C(mechanisms.Bernstein, 1.0, True, 1), MechanismError, "lattice (K"),
+    ("bern-lattice-none", C(mechanisms.Bernstein, 1.0, None, 1), MechanismError, "lattice (K"),
+    ("bern-lattice-huge", C(mechanisms.Bernstein, 1.0, HUGE, 1), MechanismError, "points is too large"),
+    ("bern-lattice-10M", C(mechanisms.Bernstein, 1.0, 10_000_000, 1), MechanismError, "at most 10,000,000 allowed"),
+    ("bern-dims-0", C(mechanisms.Bernstein, 1.0, 4, 0), MechanismError, "dims (ℓ, the input dimension of F)"),
+    ("bern-dims-huge", C(mechanisms.Bernstein, 1.0, 4, HUGE), MechanismError, "points is too large"),
+    ("bern-dims-24", C(mechanisms.Bernstein, 1.0, 1, 24), MechanismError, "points is too large"),
+    ("bern-order-0", C(mechanisms.Bernstein, 1.0, 4, 1, 0), MechanismError, "order (h, the iterated Bernstein order)"),
+    ("bern-order-41", C(mechanisms.Bernstein, 1.0, 4, 1, 41), MechanismError, "must be at most 40, got 41"),
+    ("bern-order-huge", C(mechanisms.Bernstein, 1.0, 4, 1, HUGE), MechanismError, "must be at most 40"),
+    ("bern-order-matrix", C(mechanisms.Bernstein, 1.0, 5000, 1, 2), MechanismError,
+     "order h > 1 needs lattice K <= 3161"),
+    ("bern-approx-lattice-0", C(mechanisms.bernstein_approximation, lambda y: y[:, 0], 0, 1), MechanismError,
+     "lattice (K"),
+    ("bern-approx-wrong-size", C(mechanisms.bernstein_approximation, np.zeros(3), 4, 1), TargetError,
+     "expected (K+1)^ℓ = 5 lattice values"),
+    ("bern-release-coefficients", C(mechanisms.BernsteinRelease, np.zeros(3), 4, 1), MechanismError,
+     "expected (K+1)^ℓ = 5 coefficients"),
+    ("bern-poly-outside", C(_POLY, np.array([1.5])), MechanismError, "must lie in [0, 1]"),
+    ("bern-poly-nan", C(_POLY, np.array([NAN])), MechanismError, "must lie in [0, 1]"),
+    ("bern-poly-shape", C(_POLY, np.zeros((2, 3))), MechanismError, "query points must have shape (q, 1)"),
+    # --- releases: sensitivity and target output
+    ("release-sens-nan", C(_L.release, [1.0], NAN), MechanismError, "sensitivity must be finite and >= 0"),
+    ("release-sens-inf", C(_L.release, [1.0], INF), MechanismError, "an infinite estimate means"),
+    ("release-sens-neg", C(_L.release, [1.0], -1.0), MechanismError, "sensitivity must be finite and >= 0"),
+    ("release-sens-str", C(_L.release, [1.0], "1"), MechanismError, "sensitivity must be a real number >= 0"),
+    ("release-sens-none", C(_L.release, [1.0], None), MechanismError, "sensitivity must be a real number"),
+    ("release-noise-overflow", C(mechanisms.Laplace(1e-300).release, [1.0], 1e300), MechanismError,
+     "noise scale must be finite"),
+    ("release-value-str", C(_L.release, ["a"], 1.0), TargetError, "target output must be numeric array-like"),
+    ("release-value-nan", C(_L.release, [NAN], 1.0), TargetError, "contains NaN or inf"),
+    ("release-value-ragged", C(_L.release, [[1.0], [1.0, 2.0]], 1.0), TargetError, "numeric array-like"),
+    ("exp-release-wrong-count", C(_E2.release, [1.0, 2.0, 3.0], 1.0), TargetError, "expected 2 scores"),
+    ("exp-release-score-str", C(_E2.release, lambda r: "high", 1.0), TargetError,
+     "must return one real number per response"),
+    ("exp-release-nan", C(_E2.release, [NAN, 1.0], 1.0), TargetError, "scores contains NaN or inf"),
+    ("bern-release-wrong-size", C(_B4.release, lambda y: np.zeros(3), 1.0), TargetError,
+     "F must map a (5, 1) array of points to 5 values"),
+    # --- oracles
+    ("oracle-rate-0", C(oracles.exponential, 0), OracleError, "rate must be > 0"),
+    ("oracle-rate-neg", C(oracles.exponential, -1.0), OracleError, "rate must be > 0"),
+    ("oracle-rate-nan", C(oracles.exponential, NAN), OracleError, "rate must be finite"),
+    ("oracle-rate-inf", C(oracles.exponential, INF), OracleError, "rate must be finite"),
+    ("oracle-rate-str", C(oracles.exponential, "1"), OracleError, "rate must be a finite real number"),
+    ("oracle-rate-bool", C(oracles.exponential, True), OracleError, "rate must be a finite real number"),
+    ("oracle-rate-none", C(oracles.exponential, None), OracleError, "rate must be a finite real number"),
+    ("normal-sd-0", C(oracles.normal, 0.0, 0.0), OracleError, "sd must be > 0"),
+    ("normal-vector-no-dim", C(oracles.normal, [0.0, 1.0]), OracleError, "must be a scalar when dim is None"),
+    ("normal-vector-wrong-len", C(oracles.normal, [0.0, 1.0, 2.0], 1.0, 2), OracleError, "length-2 vector"),
+    ("normal-dim-0", C(oracles.normal, dim=0), OracleError, "dim must be None (scalar records) or a positive integer"),
+    ("normal-dim-float", C(oracles.normal, dim=2.0), OracleError, "dim must be None"),
+    ("normal-dim-bool", C(oracles.normal, dim=True), OracleError, "dim must be None"),
+    ("uniform-low-high", C(oracles.uniform, 1.0, 0.0), OracleError, "uniform needs low < high"),
+    ("uniform-nan", C(oracles.uniform, NAN), OracleError, "low must be finite"),
+    ("mixture-sum", C(oracles.gaussian_mixture, [0.5], [0.0], [1.0]), OracleError, "weights must sum to 1"),
+    ("mixture-lengths", C(oracles.gaussian_mixture, [0.5, 0.5], [0.0], [1.0]), OracleError, "same length"),
+    ("mixture-sd-0", C(oracles.gaussian_mixture, [1.0], [0.0], [0.0]), OracleError, "sds must be > 0"),
+    ("mixture-negative-weight", C(oracles.gaussian_mixture, [-1.0, 2.0], [0, 1], [1, 1]), OracleError,
+     "weights must be >= 0"),
+    ("mixture-empty", C(oracles.gaussian_mixture, [], [], []), OracleError, "non-empty 1-D sequence"),
+    ("mixture-scale", C(oracles.gaussian_mixture, [1.0], [0.0], [1.0], "std"), OracleError,
+     "scale must be 'sd'"),
+    ("mixture-nan", C(oracles.gaussian_mixture, [1.0], [NAN], [1.0]), OracleError, "means must be finite"),
+    ("svm-oracle-dim-0", C(oracles.svm_two_class, 0), OracleError, "dim must be a positive integer"),
+    ("svm-oracle-dim-none", C(oracles.svm_two_class, None), OracleError, "dim must be a positive integer"),
+    ("bootstrap-missing-file", C(oracles.bootstrap, "/no/such/file.csv"), OracleError, "does not exist"),
+    ("bootstrap-directory", lambda c: oracles.bootstrap(c.tmp), OracleError, "does not exist"),
+    ("bootstrap-unknown-format", lambda c: oracles.bootstrap(c.file), OracleError, "cannot tell the format"),
+    ("bootstrap-text-column", lambda c: oracles.bootstrap(c.text_csv), OracleError, "non-numeric columns: name"),
+    ("bootstrap-missing-values", lambda c: oracles.bootstrap(c.gaps_csv), OracleError, "missing values"),
+    ("bootstrap-no-rows", lambda c: oracles.bootstrap(c.empty_parquet), OracleError, "has no rows"),
+    ("bootstrap-int", C(oracles.bootstrap, 5), OracleError, "must be a Parquet/CSV file path"),
+    ("bootstrap-empty-array", C(oracles.bootstrap, np.zeros(0)), OracleError, "at least one row"),
+    ("bootstrap-3d", C(oracles.bootstrap, np.zeros((2, 2, 2))), OracleError, "1-D or 2-D"),
+    ("bootstrap-str-array", C(oracles.bootstrap, np.array(["a"])), OracleError, "integer or floating dtype"),
+    ("bootstrap-nan-array", C(oracles.bootstrap, np.array([1.0, NAN])), OracleError, "NaN or infinite"),
+    ("as-oracle-none", C(oracles.as_oracle, None), OracleError, "callable sample(rng, size)"),
+    ("as-oracle-function", C(oracles.as_oracle, lambda rng, n: None), OracleError, "callable sample(rng, size)"),
+    ("check-records-list", C(oracles.check_records, [1.0, 2.0], 2), OracleError, "must return a numpy array"),
+    ("check-records-count", C(oracles.check_records, np.zeros(3), 2), OracleError, "returned 3 records"),
+    ("check-records-0d", C(oracles.check_records, np.array(1.0), 1), OracleError, "0-d array"),
+    ("check-records-scalar", C(oracles.check_records, np.float64(1.0), 1), OracleError, "oracle returned float64"),
+    ("check-records-str", C(oracles.check_records, np.array(["a"]), 1), OracleError, "records must be real numbers"),
+    ("check-records-complex", C(oracles.check_records, np.ones(1, complex), 1), OracleError, "must be real numbers"),
+    ("check-records-nan", C(oracles.check_records, np.array([NAN]), 1), OracleError, "NaN or infinite"),
+    ("sample-size-neg", C(oracles.exponential(1.0).sample, _rng, -1), OracleError, "size must be an integer"),
+    ("sample-size-float", C(oracles.exponential(1.0).sample, _rng, 2.0), OracleError, "size must be an integer"),
+    ("sample-size-huge", C(oracles.exponential(1.0).sample, _rng, HUGE), OracleError, "[0, 2**63 - 1]"),
+    # --- targets
+    ("quantile-q-1.5", C(targets.quantile, 1.5), TargetError, "q must be in [0, 1]"),
+    ("quantile-q-nan", C(targets.quantile, NAN), TargetError, "q must be finite"),
+    ("quantile-q-str", C(targets.quantile, "0.5"), TargetError, "q must be a finite real number"),
+    ("svm-C-0", C(targets.svm, C=0.0), TargetError, "C must be > 0 and finite"),
+    ("svm-tol-nan", C(targets.svm, tol=NAN), TargetError, "tol must be > 0 and finite"),
+    ("svm-max-iter-0", C(targets.svm, max_iter=0), TargetError, "max_iter must be a positive integer"),
+    ("svm-max-iter-float", C(targets.svm, max_iter=1e6), TargetError, "max_iter must be a positive integer"),
+    ("kde-bandwidth-0", C(targets.kde, 0.0), TargetError, "bandwidth must be > 0 and finite"),
+    ("kde-kernel", C(targets.kde, 0.1, kernel="box"), TargetError, "kernel must be one of ['gaussian']"),
+    ("as-target-none", C(targets.as_target, None), TargetError, "a target must be callable"),
+    ("as-target-int", C(targets.as_target, 5), TargetError, "a target must be callable"),
+    ("mean-of-str", C(targets.mean(), "abc"), TargetError, "database must be a numeric array"),
+    ("mean-of-empty", C(targets.mean(), []), TargetError, "database has no records"),
+    ("mean-of-scalar", C(targets.mean(), 5.0), TargetError, "records on axis 0"),
+    ("svm-one-class", C(targets.svm(), np.ones((4, 3))), TargetError, "single class"),
+    ("svm-labels", C(targets.svm(), np.column_stack([[0.0, 1.0, 0.0], np.ones((3, 2))])), TargetError,
+     "must be +1 or -1"),
+    ("svm-shape", C(targets.svm(), np.ones(4)), TargetError, "shape (n, d + 1)"),
+    ("kde-vector-records", C(targets.kde(0.1), np.ones((3, 2))), TargetError, "kde needs scalar records"),
+    ("kde-function-2d", C(targets.KDEFunction(np.ones(3), 0.1), np.ones((2, 2))), TargetError, "KDE is 1-D"),
+    # --- estimate_sensitivity: n, seed, block size, backend, flags, options
+    ("est-n-0", lambda c: _est(n=0), InvalidArgument, "n must be an integer >= 1, got 0"),
+    ("est-n-neg", lambda c: _est(n=-1), InvalidArgument, "n must be an integer >= 1"),
+    ("est-n-float", lambda c: _est(n=5.0), InvalidArgument, "n must be an integer >= 1, got 5.0"),
+    ("est-n-str", lambda c: _est(n="5"), InvalidArgument, "n must be an integer >= 1"),
+    ("est-n-none", lambda c: _est(n=None), InvalidArgument, "n must be an integer >= 1"),
+    ("est-n-bool", lambda c: _est(n=True), InvalidArgument, "n must be an integer >= 1"),
+    ("est-n-huge", lambda c: _est(n=HUGE), InvalidArgument, "block_size * (n + 1) must be at most 2**63 - 1"),
+    ("est-seed-neg", lambda c: _est(seed=-1), InvalidArgument, "seed must be a non-negative integer or None"),
+    ("est-seed-float", lambda c: _est(seed=1.0), InvalidArgument, "seed must be a non-negative integer"),
+    ("est-seed-np-float", lambda c: _est(seed=np.float64(1)), InvalidArgument, "seed must be a non-negative integer"),
+    ("est-seed-str", lambda c: _est(seed="1"), InvalidArgument, "seed must be a non-negative integer"),
+    ("est-seed-bool", lambda c: _est(seed=True), InvalidArgument, "seed must be a non-negative integer"),
+    ("est-block-0", lambda c: _est(block_size=0), InvalidArgument, "block_size must be an integer >= 1"),
+    ("est-block-float", lambda c: _est(block_size=2.5), InvalidArgument, "block_size must be an integer >= 1"),
+    ("est-block-huge", lambda c: _est(block_size=HUGE), InvalidArgument, "block_size * (n + 1)"),
+    ("est-backend", lambda c: _est(backend="spark"), InvalidArgument, "backend must be one of local, ray, auto"),
+    ("est-backend-case", lambda c: _est(backend="Local"), InvalidArgument, "backend must be one of local, ray, auto"),
+    ("est-backend-none", lambda c: _est(backend=None), InvalidArgument, "backend must be one of"),
+    ("est-strict-str", lambda c: _est(strict="yes"), InvalidArgument, "strict must be True or False, got 'yes'"),
+    ("est-progress-none", lambda c: _est(progress=None), InvalidArgument, "progress must be True or False"),
+    ("est-keep-sample-int", lambda c: _est(keep_sample=1), InvalidArgument, "keep_sample must be True or False"),
+    ("est-resume-str", lambda c: _est(resume="no"), InvalidArgument, "resume must be True or False"),
+    ("est-resume-no-store", lambda c: _est(resume=True), InvalidArgument, "resume=True needs a store"),
+    ("est-unknown-option", lambda c: _est(foo=1), InvalidArgument, "unknown option(s) foo for the local backend"),
+    ("est-address-local", lambda c: _est(address="127.0.0.1:6379"), InvalidArgument,
+     "unknown option(s) address for the local backend"),
+    ("est-unknown-option-ray", lambda c: _est(backend="ray", foo=1), InvalidArgument,  # refused before Ray starts
+     "unknown option(s) foo for the ray backend"),
+    ("est-flush-without-store", lambda c: _est(flush_rows=10), InvalidArgument, "unknown option(s) flush_rows"),
+    ("est-task-timeout-local", lambda c: _est(task_timeout=5.0), InvalidArgument, "task_timeout needs the Ray backend"),
+    ("est-pair-timeout-neg", lambda c: _est(pair_timeout=-1.0), InvalidArgument, "pair_timeout must be a positive"),
+    ("est-plan-gamma", lambda c: _est(m=None, gamma=2.0), PlanError, "open interval (0, 1)"),
+    ("est-plan-none", lambda c: _est(m=None), PlanError, "give gamma, or m"),
+    ("est-plan-m-huge", lambda c: _est(m=HUGE), PlanError, "at most 2**53"),
+    ("est-mechanism-str", lambda c: _est(mechanism="laplace"), InvalidArgument,
+     "mechanism must be a raydp mechanism (missing .embed)"),
+    ("est-mechanism-class", lambda c: _est(mechanism=int), InvalidArgument, "mechanism must be a raydp mechanism"),
+    # store URIs
+    ("est-store-scheme", lambda c: _est(store="foo://x"), StoreError, "cannot open store 'foo://x'"),
+    ("est-store-file", lambda c: _est(store=c.file), StoreError, "is a file; a store is a directory"),
+    ("est-store-bool", lambda c: _est(store=True), StoreError, "store must be a path or URI string, got True"),
+    ("est-store-empty", lambda c: _est(store=""), StoreError, "store must be a path or URI string"),
+    ("est-store-taken", lambda c: _est(store=c.store), StoreError, "already holds a run"),
+    ("est-store-other-run", lambda c: _est(store=c.store, resume=True, n=6, seed=1), StoreError,
+     "holds a different run (n: stored 5, asked 6)"),
+    ("est-store-smaller-m", lambda c: _est(store=c.store, resume=True, m=20, seed=1), StoreError,
+     "holds m=50 pairs"),
+    # targets and oracles that do not work
+    ("est-target-none", lambda c: _est(target=None), TargetError, "a target must be callable"),
+    ("est-target-str-output", lambda c: _est(target=returns_str), TargetError,
+     "does not fit the laplace mechanism"),
+    ("est-target-dict-output", lambda c: _est(target=returns_dict), TargetError, "does not fit the laplace mechanism"),
+    ("est-target-empty-output", lambda c: _est(target=returns_empty), TargetError, "expected a non-empty vector"),
+    ("est-target-raises", lambda c: _est(target=raises), TargetError, "ZeroDivisionError on a probe database"),
+    ("est-target-changing-strict", lambda c: _est(target=ChangingShape(), strict=True), TargetError,
+     "wrong output shape"),
+    ("est-target-none-strict", lambda c: _est(target=returns_none, strict=True), TargetError,
+     "non-finite output (strict mode)"),
+    ("est-target-exp-scores", lambda c: _est(mechanism=mechanisms.Exponential(1.0, [1, 2, 3])), TargetError,
+     "expected 3 scores"),
+    ("est-oracle-none", lambda c: _est(oracle=None), OracleError, "callable sample(rng, size)"),
+    ("est-oracle-nan", lambda c: _est(oracle=nan_oracle), OracleError, "NaN or infinite values"),
+    ("est-oracle-inf", lambda c: _est(oracle=inf_oracle), OracleError, "NaN or infinite values"),
+    ("est-oracle-list", lambda c: _est(oracle=list_oracle), OracleError, "oracle returned list"),
+    ("est-oracle-short", lambda c: _est(oracle=short_oracle), OracleError, "returned 4 records (shape (4,))"),
+    ("est-oracle-transposed", lambda c: _est(oracle=transposed_oracle), OracleError, "returned 1 records"),
+    ("est-oracle-scalar", lambda c: _est(oracle=scalar_oracle), OracleError, "oracle returned float64"),
+    ("est-oracle-returns-none", lambda c: _est(oracle=none_oracle), OracleError, "oracle returned NoneType"),
+    ("est-oracle-str", lambda c: _est(oracle=str_oracle), OracleError, "records must be real numbers"),
+    ("est-oracle-complex", lambda c: _est(oracle=complex_oracle), OracleError, "records must be real numbers"),
+    ("est-oracle-raises", lambda c: _est(oracle=raising_oracle), OracleError,
+     "oracle.sample(rng, 5) raised RuntimeError: no data today"),
+    # --- load_estimate: URIs, stores, γ
+    ("load-missing", lambda c: raydp.load_estimate(os.path.join(c.tmp, "nothing")), StoreError, "no raydp store at"),
+    ("load-file", lambda c: raydp.load_estimate(c.file), StoreError, "is a file; a store is a directory"),
+    ("load-scheme", C(raydp.load_estimate, "foo://x"), StoreError, "Unrecognized filesystem type"),
+    ("load-none", C(raydp.load_estimate, None), StoreError, "store must be a path or URI string, got None"),
+    ("load-int", C(raydp.load_estimate, 5), StoreError, "store must be a path or URI string"),
+    ("load-empty", C(raydp.load_estimate, ""), StoreError, "store must be a path or URI string"),
+    ("load-meta-not-json", lambda c: raydp.load_estimate(c.meta_not_json), StoreError, "cannot read meta.json"),
+    ("load-meta-list", lambda c: raydp.load_estimate(c.meta_list), StoreError, "has format None"),
+    ("load-meta-no-plan", lambda c: raydp.load_estimate(c.meta_no_plan), StoreError, "malformed meta.json (KeyError"),
+    ("load-meta-bad-m", lambda c: raydp.load_estimate(c.meta_bad_m), StoreError, "malformed meta.json (ValueError"),
+    ("load-meta-inf-m", lambda c: raydp.load_estimate(c.meta_inf_m), StoreError, "malformed meta.json"),
+    ("load-meta-no-oracle", lambda c: raydp.load_estimate(c.meta_no_oracle), StoreError,
+     "malformed meta.json (KeyError: 'oracle')"),
+    ("load-meta-breaks-thm15", lambda c: raydp.load_estimate(c.meta_bad_plan), StoreError, "holds an invalid run"),
+    ("load-gamma-0", lambda c: raydp.load_estimate(c.store, gamma=0.0), PlanError, "open interval (0, 1)"),
+    ("load-gamma-nan", lambda c: raydp.load_estimate(c.store, gamma=NAN), PlanError, "open interval (0, 1)"),
+    ("load-gamma-str", lambda c: raydp.load_estimate(c.store, gamma="0.3"), PlanError, "gamma must be a number"),
+    ("load-gamma-too-small", lambda c: raydp.load_estimate(c.store, gamma=1e-300), PlanError,
+     "smallest gamma that m=50 pairs can certify"),
+    # --- sample_then_respond: data, estimate, mechanism, target
+    ("str-data-none", _str(data=None), InvalidArgument, "data must be an array with records along the first axis"),
+    ("str-data-empty", _str(data=[]), InvalidArgument, "got shape (0,)"),
+    ("str-data-scalar", _str(data=5.0), InvalidArgument, "got shape ()"),
+    ("str-data-no-rows", _str(data=np.zeros((0, 3))), InvalidArgument, "got shape (0, 3)"),
+    ("str-data-ragged", _str(data=[[1.0, 2.0], [3.0]]), InvalidArgument, "data must be an array"),
+    ("str-data-nan", _str(data=np.full(5, NAN)), MechanismError, "raised TargetError on the private answer"),
+    ("str-data-size", _str(data=np.ones(6)), EstimateMismatchError, "computed for n=5 records, the data has n=6"),
+    ("str-estimate-str", _str(estimate="delta.parquet"), InvalidArgument, "estimate must be a SensitivityEstimate"),
+    ("str-estimate-dict", _str(estimate={}), InvalidArgument, "estimate must be a SensitivityEstimate"),
+    ("str-mechanism-none", _str(mechanism=None), InvalidArgument, "mechanism must be a raydp mechanism"),
+    ("str-mechanism-str", _str(mechanism="laplace"), InvalidArgument, "mechanism must be a raydp mechanism"),
+    ("str-mechanism-norm", _str(mechanism=mechanisms.Gaussian(0.5, 1e-5)), EstimateMismatchError,
+     "the gaussian mechanism needs l2"),
+    ("str-target-none", _str(target=None), TargetError, "a target must be callable"),
+    ("str-target-other", _str(target=targets.median()), EstimateMismatchError, "computed for target mean"),
+    ("str-no-estimate", _str(estimate=None), InvalidArgument, "give either estimate="),
+    ("str-estimate-and-gamma", _str(gamma=0.1), InvalidArgument, "do not also give oracle, gamma, m, k or seed"),
+    ("str-oracle-bad-gamma", _str(estimate=None, oracle=oracles.exponential(1.0), gamma=2.0), PlanError,
+     "open interval (0, 1)"),
+    ("str-oracle-bad-seed", _str(estimate=None, oracle=oracles.exponential(1.0), m=50, seed=-5), InvalidArgument,
+     "seed must be a non-negative integer"),
+]
+
+
+@pytest.mark.parametrize("call, exc, fragment", [pytest.param(f, e, s, id=i) for i, f, e, s in API])
+def test_api_refuses_bad_input(ctx, call, exc, fragment):
+    with pytest.raises(RaydpError) as info:
+        call(ctx)
+    assert type(info.value) is exc, f"{type(info.value).__name__}: {info.value}"
+    assert fragment in str(info.value)
+    assert isinstance(info.value, (ValueError, RuntimeError))  # callers catching the builtin keep working
+
+
+def test_api_ids_are_unique():
+    assert len({row[0] for row in API}) == len(API)
+
+
+# ----------------------------------------------------------------------------- not errors, on purpose
+
+
+def test_target_failing_on_sampled_pairs_counts_them_as_infinite():
+    # Changing output shape is caught per pair (G = +∞), never dropped; only strict mode raises.
+    est = _est(target=ChangingShape())
+    assert est.failures == 50 and est.failure_kinds == {"wrong output shape": 50}
+    assert est.sensitivity == INF
+    est = _est(target=returns_none)  # None embeds as NaN: every pair fails, Δ̂ = +∞ (not NaN)
+    assert est.failures == 50 and est.sensitivity == INF
+
+
+def test_extreme_but_valid_values_give_numbers_not_nan():
+    assert mechanisms.Laplace(1.0).variance(1e300) == INF  # overflows to inf, no OverflowError
+    assert mechanisms.Gaussian(0.5, 1e-5).variance(1e300) == INF
+    p = mechanisms.Exponential(1e308, ["a", "b"]).probabilities([0.0, 1e10], 1.0)
+    assert p.tolist() == [0.0, 1.0]
+    p = mechanisms.Exponential(1.0, ["a", "b"]).probabilities([-1e308, 1e308], 1e-300)
+    assert p.tolist() == [0.0, 1.0]
+    assert _est(seed=2**200).seed == 2**200  # any non-negative int seeds numpy's SeedSequence
+    assert raydp.plan(m=2**53).satisfies_theorem15()
+    assert raydp.plan(gamma=3.49e-8).m <= 2**53
+
+
+# ----------------------------------------------------------------------------- the CLI table
+
+_T = ["--target", "raydp.targets:mean"]
+_O = ["--oracle", "raydp.oracles:exponential", "--oracle-args", '{"rate": 1}']
+_EST = ["estimate", *_T, *_O, "--n", "5", "--m", "50", "--quiet"]
+_REL = ["release", "--estimate", "{store}", "--data", "{data}", *_T]
+_MOD = "test_bad_input"
+
+CLI = [
+    # (id, argv, fragment of the one stderr line)
+    ("no-command", [], "the following arguments are required: cmd"),
+    ("unknown-command", ["frobnicate"], "invalid choice: 'frobnicate'"),
+    ("unknown-flag", ["plan", "--bogus"], "unrecognized arguments: --bogus"),
+    ("extra-arg", ["plan", "--gamma", "0.1", "extra"], "unrecognized arguments: extra"),
+    ("plan-gamma-nan", ["plan", "--gamma", "nan"], "gamma must be in the open interval (0, 1), got nan"),
+    ("plan-gamma-inf", ["plan", "--gamma", "inf"], "open interval (0, 1), got inf"),
+    ("plan-gamma-neg-inf", ["plan", "--gamma=-inf"], "open interval (0, 1), got -inf"),
+    ("plan-gamma-1", ["plan", "--gamma", "1"], "open interval (0, 1), got 1.0"),
+    ("plan-gamma-empty", ["plan", "--gamma", ""], "argument --gamma: invalid float value: ''"),
+    ("plan-gamma-word", ["plan", "--gamma", "abc"], "invalid float value: 'abc'"),
+    ("plan-gamma-surrogate", ["plan", "--gamma", "\ud800"], "invalid float value"),
+    ("plan-gamma-missing", ["plan", "--gamma"], "argument --gamma: expected one argument"),
+    ("plan-gamma-subnormal", ["plan", "--gamma", "1e-320"], "use gamma >= 3.49e-08"),
+    ("plan-m-float", ["plan", "--m", "1e3"], "argument --m: invalid int value: '1e3'"),
+    ("plan-m-huge", ["plan", "--m", str(HUGE)], "m must be a positive integer at most 2**53"),
+    ("plan-m-neg", ["plan", "--m", "-5"], "m must be a positive integer, got -5"),
+    ("plan-m-1", ["plan", "--m", "1"], "use m >= 2"),
+    ("plan-k-gt-m", ["plan", "--m", "100", "--k", "200"], "at most m"),
+    ("plan-k-neg", ["plan", "--m", "100", "--k", "-1"], "k must be a positive integer"),
+    ("plan-k-alone", ["plan", "--k", "3"], "k needs m"),
+    ("plan-three", ["plan", "--gamma", "0.1", "--m", "100", "--k", "3"], "at most two"),
+    ("plan-none", ["plan"], "give gamma"),
+    # estimate: numbers
+    ("est-n-0", [*_EST, "--n", "0"], "n must be an integer >= 1, got 0"),
+    ("est-n-float", [*_EST, "--n", "5.5"], "argument --n: invalid int value: '5.5'"),
+    ("est-n-huge", [*_EST, "--n", str(HUGE)], "block_size * (n + 1) must be at most 2**63 - 1"),
+    ("est-n-missing", ["estimate", *_T, *_O, "--m", "50"], "the following arguments are required: --n"),
+    ("est-seed-neg", [*_EST, "--seed", "-1"], "seed must be a non-negative integer or None, got -1"),
+    ("est-seed-float", [*_EST, "--seed", "1.5"], "argument --seed: invalid int value: '1.5'"),
+    ("est-block-0", [*_EST, "--block-size", "0"], "block_size must be an integer >= 1, got 0"),
+    ("est-block-huge", [*_EST, "--block-size", str(HUGE)], "block_size * (n + 1)"),
+    ("est-gamma-nan", [*_EST[:-3], "--gamma", "nan"], "open interval (0, 1), got nan"),
+    ("est-m-0", [*_EST, "--m", "0"], "m must be a positive integer"),
+    ("est-pair-timeout-neg", [*_EST, "--pair-timeout", "-1"], "pair_timeout must be a positive number"),
+    ("est-pair-timeout-nan", [*_EST, "--pair-timeout", "nan"], "pair_timeout must be a positive number"),
+    ("est-task-timeout-local", [*_EST, "--task-timeout", "5"], "task_timeout needs the Ray backend"),
+    # estimate: choices, URIs
+    ("est-backend", [*_EST, "--backend", "spark"], "invalid choice: 'spark' (choose from 'local', 'ray', 'auto')"),
+    ("est-address-local", [*_EST, "--address", "127.0.0.1:6379"], "unknown option(s) address for the local backend"),
+    ("est-mechanism", [*_EST, "--mechanism", "cauchy"], "invalid choice: 'cauchy'"),
+    ("est-out-scheme", [*_EST, "--out", "foo://x"], "cannot open store 'foo://x'"),
+    ("est-out-file", [*_EST, "--out", "{file}"], "is a file; a store is a directory"),
+    ("est-out-taken", [*_EST, "--out", "{store}"], "already holds a run; pass resume=True (--resume)"),
+    ("est-resume-no-out", [*_EST, "--resume"], "resume=True needs a store"),
+    # estimate: MOD:ATTR strings and their JSON arguments
+    ("target-no-colon", ["estimate", "--target", "raydp.targets", *_O, "--n", "5", "--m", "50"],
+     "must look like MODULE:ATTRIBUTE"),
+    ("target-no-module", ["estimate", "--target", "nomodule:f", *_O, "--n", "5", "--m", "50"],
+     "cannot import module 'nomodule'"),
+    ("target-empty-module", ["estimate", "--target", ":mean", *_O, "--n", "5", "--m", "50"],
+     "cannot import module ''"),
+    ("target-nul", ["estimate", "--target", "a\x00b:c", *_O, "--n", "5", "--m", "50"], "cannot import module"),
+    ("target-no-attr", ["estimate", "--target", "raydp.targets:nothere", *_O, "--n", "5", "--m", "50"],
+     "has no attribute 'nothere'"),
+    ("target-empty-attr", ["estimate", "--target", "raydp.targets:", *_O, "--n", "5", "--m", "50"],
+     "has no attribute ''"),
+    ("target-dotted-missing", ["estimate", "--target", "raydp.targets:mean.x", *_O, "--n", "5", "--m", "50"],
+     "has no attribute 'mean.x'"),
+    ("target-not-callable-factory", ["estimate", "--target", "raydp.targets:DEFAULT_SVM_TOL", *_O, "--n", "5",
+                                     "--m", "50"], "is a float, not a callable factory"),
+    ("target-not-callable", ["estimate", "--target", f"{_MOD}:NOT_CALLABLE", *_O, "--n", "5", "--m", "50"],
+     "a target must be callable"),
+    ("target-args-not-json", ["estimate", *_T, "--target-args", "{bad", *_O, "--n", "5", "--m", "50"],
+     "--target-args must be a JSON object"),
+    ("target-args-list", ["estimate", "--target", "raydp.targets:svm", "--target-args", "[1]", *_O, "--n", "5",
+                          "--m", "50"], "--target-args must be a JSON object, got list"),
+    ("target-args-unknown", ["estimate", "--target", "raydp.targets:svm", "--target-args", '{"c": 3}', *_O,
+                             "--n", "5", "--m", "50"], "--target-args do not fit raydp.targets:svm"),
+    ("target-args-bad-value", ["estimate", "--target", "raydp.targets:svm", "--target-args", '{"C": NaN}', *_O,
+                               "--n", "5", "--m", "50"], "C must be > 0 and finite, got nan"),
+    ("target-factory-raises", ["estimate", "--target", f"{_MOD}:raising_factory", "--target-args", "{}", *_O,
+                               "--n", "5", "--m", "50"], "raised KeyError: 'factory failed'"),
+    ("target-str-output", ["estimate", "--target", f"{_MOD}:returns_str", *_O, "--n", "5", "--m", "50"],
+     "does not fit the laplace mechanism"),
+    ("target-raises", ["estimate", "--target", f"{_MOD}:raises", *_O, "--n", "5", "--m", "50"],
+     "ZeroDivisionError on a probe database"),
+    ("target-changing-strict", ["estimate", "--target", f"{_MOD}:changing_shape", "--target-args", "{}", *_O,
+                                "--n", "5", "--m", "50", "--strict"], "wrong output shape"),
+    ("oracle-args-missing", ["estimate", *_T, "--oracle", "raydp.oracles:exponential", "--n", "5", "--m", "50"],
+     "missing 1 required positional argument: 'rate'"),
+    ("oracle-args-deep", ["estimate", *_T, "--oracle", "raydp.oracles:exponential", "--oracle-args", "[" * 100_000,
+                          "--n", "5", "--m", "50"], "nests too deeply"),
+    ("oracle-rate-neg", ["estimate", *_T, "--oracle", "raydp.oracles:exponential", "--oracle-args", '{"rate": -1}',
+                         "--n", "5", "--m", "50"], "rate must be > 0"),
+    ("oracle-nan", ["estimate", *_T, "--oracle", f"{_MOD}:nan_oracle", "--n", "5", "--m", "50"],
+     "oracle returned NaN or infinite values"),
+    ("oracle-short", ["estimate", *_T, "--oracle", f"{_MOD}:short_oracle", "--n", "5", "--m", "50"],
+     "oracle returned 4 records"),
+    ("oracle-raises", ["estimate", *_T, "--oracle", f"{_MOD}:raising_oracle", "--n", "5", "--m", "50"],
+     "raised RuntimeError: no data today"),
+    ("oracle-not-an-oracle", ["estimate", *_T, "--oracle", "raydp.targets:mean", "--n", "5", "--m", "50"],
+     "an oracle must have a callable sample"),
+    ("oracle-bootstrap-missing", ["estimate", *_T, "--oracle", "raydp.oracles:bootstrap", "--oracle-args",
+                                  '{"source": "/no/such.csv"}', "--n", "5", "--m", "50"], "does not exist"),
+    # estimate: mechanisms
+    ("mech-args-not-json", [*_EST, "--mechanism-args", "{"], "--mechanism-args must be a JSON object"),
+    ("mech-args-unknown", [*_EST, "--mechanism-args", '{"foo": 1}'], "do not fit the laplace mechanism"),
+    ("mech-eps-nan", [*_EST, "--mechanism-args", '{"epsilon": NaN}'], "epsilon must be finite and > 0, got nan"),
+    ("mech-eps-str", [*_EST, "--mechanism-args", '{"epsilon": "1"}'], "epsilon must be a real number > 0"),
+    ("mech-gauss-delta", [*_EST, "--mechanism", "gaussian", "--mechanism-args", '{"delta": 2}'],
+     "delta must lie strictly between 0 and 1"),
+    ("mech-gauss-calibration", [*_EST, "--mechanism", "gaussian", "--mechanism-args", '{"calibration": "x"}'],
+     "calibration must be one of"),
+    ("mech-exp-no-responses", [*_EST, "--mechanism", "exponential"],
+     "missing 1 required positional argument: 'responses'"),
+    ("mech-exp-empty", [*_EST, "--mechanism", "exponential", "--mechanism-args", '{"responses": []}'],
+     "responses must be non-empty"),
+    ("mech-exp-dup", [*_EST, "--mechanism", "exponential", "--mechanism-args", '{"responses": [1, 2, 1]}'],
+     "responses must be distinct"),
+    ("mech-exp-str", [*_EST, "--mechanism", "exponential", "--mechanism-args", '{"responses": "ab"}'],
+     "got a string"),
+    ("mech-exp-dict", [*_EST, "--mechanism", "exponential", "--mechanism-args", '{"responses": {"a": 1}}'],
+     "ordered sequence"),
+    ("mech-bern-lattice-0", [*_EST, "--mechanism", "bernstein", "--mechanism-args", '{"lattice": 0, "dims": 1}'],
+     "lattice (K, the number of lattice steps per dimension) must be an integer >= 1"),
+    ("mech-bern-lattice-float", [*_EST, "--mechanism", "bernstein", "--mechanism-args",
+                                 '{"lattice": 4.5, "dims": 1}'], "lattice (K"),
+    ("mech-bern-dims-huge", [*_EST, "--mechanism", "bernstein", "--mechanism-args",
+                             '{"lattice": 4, "dims": 1180591620717411303424}'], "points is too large"),
+    ("mech-bern-order", [*_EST, "--mechanism", "bernstein", "--mechanism-args",
+                         '{"lattice": 4, "dims": 1, "order": 1000}'], "must be at most 40"),
+    ("mech-bern-mean", [*_EST, "--mechanism", "bernstein", "--mechanism-args", '{"lattice": 4, "dims": 1}'],
+     "expected (K+1)^ℓ = 5 lattice values"),
+    # show
+    ("show-missing", ["show", "{tmp}/nothing"], "no raydp store at"),
+    ("show-file", ["show", "{file}"], "is a file; a store is a directory"),
+    ("show-scheme", ["show", "foo://x"], "cannot open store 'foo://x'"),
+    ("show-empty-uri", ["show", ""], "store must be a path or URI string"),
+    ("show-no-uri", ["show"], "the following arguments are required: uri"),
+    ("show-gamma-2", ["show", "{store}", "--gamma", "2"], "open interval (0, 1), got 2.0"),
+    ("show-gamma-tiny", ["show", "{store}", "--gamma", "1e-300"], "smallest gamma that m=50 pairs can certify"),
+    ("show-gamma-word", ["show", "{store}", "--gamma", "half"], "invalid float value: 'half'"),
+    ("show-plot-unwritable", ["show", "{store}", "--plot", "{file}/cdf.png"], "--plot: cannot write"),
+    ("show-plot-format", ["show", "{store}", "--plot", "{tmp}/cdf.nosuchformat"],
+     "Format 'nosuchformat' is not supported"),
+    ("show-bad-meta", ["show", "{tmp}/meta_no_plan"], "malformed meta.json"),
+    # release
+    ("rel-eps-missing", [*_REL], "the following arguments are required: --epsilon"),
+    ("rel-eps-nan", [*_REL, "--epsilon", "nan"], "epsilon must be finite and > 0, got nan"),
+    ("rel-eps-0", [*_REL, "--epsilon", "0"], "epsilon must be finite and > 0, got 0.0"),
+    ("rel-eps-neg", [*_REL, "--epsilon", "-1"], "epsilon must be finite and > 0"),
+    ("rel-eps-word", [*_REL, "--epsilon", "one"], "invalid float value: 'one'"),
+    ("rel-delta-2", [*_REL, "--epsilon", "1", "--mechanism", "gaussian", "--delta", "2"],
+     "delta must lie strictly between 0 and 1"),
+    ("rel-delta-laplace", [*_REL, "--epsilon", "1", "--delta", "0.5"],
+     "--delta applies to the gaussian mechanism only"),
+    ("rel-norm", [*_REL, "--epsilon", "1", "--mechanism", "gaussian"], "the gaussian mechanism needs l2"),
+    ("rel-target", ["release", "--estimate", "{store}", "--data", "{data}", "--target", "raydp.targets:median",
+                    "--epsilon", "1"], "computed for target mean"),
+    ("rel-data-missing", ["release", "--estimate", "{store}", "--data", "{tmp}/none.npy", *_T, "--epsilon", "1"],
+     "--data: no such file"),
+    ("rel-data-dir", ["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1"],
+     "--data: cannot read"),
+    ("rel-data-garbage", ["release", "--estimate", "{store}", "--data", "{tmp}/garbage.npy", *_T, "--epsilon", "1"],
+     "--data: cannot read"),
+    ("rel-data-objects", ["release", "--estimate", "{store}", "--data", "{tmp}/objects.npy", *_T, "--epsilon", "1"],
+     "--data: cannot read"),
+    ("rel-data-unknown-format", ["release", "--estimate", "{store}", "--data", "{file}", *_T, "--epsilon", "1"],
+     "cannot tell the format"),
+    ("rel-data-text", ["release", "--estimate", "{store}", "--data", "{tmp}/text.csv", *_T, "--epsilon", "1"],
+     "non-numeric columns"),
+    ("rel-estimate-file", ["release", "--estimate", "{file}", "--data", "{data}", *_T, "--epsilon", "1"],
+     "is a file; a store is a directory"),
+    ("rel-estimate-scheme", ["release", "--estimate", "foo://x", "--data", "{data}", *_T, "--epsilon", "1"],
+     "cannot open store"),
+    ("rel-budget-no-ledger", [*_REL, "--epsilon", "1", "--budget-epsilon", "1"], "need --ledger PATH"),
+    ("rel-ledger-dir", [*_REL, "--epsilon", "1", "--ledger", "{tmp}", "--budget-epsilon", "1"], "is a directory"),
+    ("rel-ledger-scheme", [*_REL, "--epsilon", "1", "--ledger", "foo://x", "--budget-epsilon", "1"],
+     "must be a local file"),
+    ("rel-ledger-budget-nan", [*_REL, "--epsilon", "1", "--ledger", "{tmp}/ledger.json", "--budget-epsilon", "nan"],
+     "epsilon_total must be finite and > 0, got nan"),
+    ("rel-target-no-colon", ["release", "--estimate", "{store}", "--data", "{data}", "--target", "mean",
+                             "--epsilon", "1"], "must look like MODULE:ATTRIBUTE"),
+]
+
+
+def _fill(argv, c):
+    """Replace the placeholders {tmp}, {file}, {store}, {data} by the fixture's paths."""
+    out = []
+    for a in argv:
+        for key in ("tmp", "file", "store", "data"):
+            a = a.replace("{" + key + "}", getattr(c, key))
+        out.append(a)
+    return out
+
+
+@pytest.mark.parametrize("argv, fragment", [pytest.param(a, f, id=i) for i, a, f in CLI])
+def test_cli_bad_input_is_one_line(ctx, argv, fragment, capsys):
+    code = main(_fill(argv, ctx))
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert "Traceback" not in err and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("raydp: error: ") and err.endswith("\n")
+    assert fragment in err
+
+
+def test_cli_ids_are_unique():
+    assert len({row[0] for row in CLI}) == len(CLI)
+
+
+def test_cli_counts_failed_pairs_instead_of_failing(capsys):
+    code = main(["estimate", "--target", f"{_MOD}:changing_shape", "--target-args", "{}", *_O, "--n", "5",
+                 "--m", "50", "--json", "--quiet"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["failures"] == 50 and out["sensitivity"] == "inf"
+
+
+# A handful in a real process: the exit status, the stream and no traceback as a user sees them.
+SUBPROCESS = [
+    (["plan", "--gamma", "nan"], "raydp: error: gamma must be in the open interval (0, 1), got nan"),
+    (["plan", "--m", str(HUGE)], f"raydp: error: m must be a positive integer at most 2**53 = {2**53}, got {HUGE}"),
+    ([*_EST, "--out", "{file}"], "is a file; a store is a directory"),
+    (["estimate", "--target", "raydp.targets:nothere", *_O, "--n", "5", "--m", "50"], "has no attribute 'nothere'"),
+    (["show", "foo://x"], "cannot open store 'foo://x'"),
+    (["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1"], "--data: cannot read"),
+]
+
+
+def test_cli_bad_input_in_real_processes(ctx):
+    procs = [(subprocess.Popen([sys.executable, "-m", "raydp.cli", *_fill(argv, ctx)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True), fragment) for argv, fragment in SUBPROCESS]
+    for proc, fragment in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and out == "", err
+        assert len(err.splitlines()) == 1 and "Traceback" not in err and fragment in err, err
+
+
+# Totals for the issue note (tests/test_properties.py adds its hypothesis examples).
+BAD_INPUTS_IN_TABLES = len(API) + len(CLI) + len(SUBPROCESS)

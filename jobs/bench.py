@@ -4,7 +4,8 @@ Four sections (issue 5); each prints a Markdown table and all of them go to ``--
 ``bench.json`` and ``bench.md``:
 
 1. **cheap** — the mean of n Exp(1) records, n ∈ {10, 100, 1000}, at γ = 0.01 (m = 41 971) and at
-   ``--m-big`` (10⁶) pairs. Pairs per second for
+   ``--m-big`` (10⁶) pairs, plus ``--m-huge`` (10⁷) pairs for n = 10, where 10⁶ pairs are only
+   0.1 s of work (the serial loop is then timed on 10⁶ pairs). Pairs per second for
    (a) a serial per-pair Python loop, written the way the reference packages do it (one database at
        a time: ``f(D)``, ``f(D′)``, ``|·|``);
    (b) raydp in process (``backend="local"``);
@@ -26,7 +27,7 @@ Four sections (issue 5); each prints a Markdown table and all of them go to ``--
    then the first block back), per-task overhead (tiny tasks on Ray against the same blocks in
    process), and the reduce time at the largest m (merging every block result into Δ̂).
 
-Run (≈ 4 minutes on 2 cores)::
+Run (≈ 5 minutes on 2 cores)::
 
     python jobs/bench.py                      # everything, results in jobs/results/
     python jobs/bench.py --sections cheap     # one section
@@ -184,6 +185,8 @@ def rate(x: float) -> str:
 def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
     """One row of the cheap section: (a)-(d) for one (n, m), and the equality check."""
     serial_m = m if args.serial_max is None else min(m, args.serial_max)
+    if m > args.m_big:  # the extra Ray row: the serial loop is timed on a prefix of m_big pairs
+        serial_m = min(serial_m, args.m_big)
     t_a, g_a = timed(lambda: serial_loop(targets.mean(), oracles.exponential(1.0), n, serial_m,
                                          serial_m if serial_m < m else k, args.seed, bs))
     t_d, g_d = timed(lambda: limit_loop(n, m, k, args.seed, bs), args.repeats, warmup=True)
@@ -214,7 +217,7 @@ def section_cheap(args, cores: int) -> dict:
     m_small = raydp.plan(gamma=0.01)
     rows = []
     for n in args.ns:
-        for m in ([m_small.m] + [args.m_big]):
+        for m in [m_small.m, args.m_big] + ([args.m_huge] if n == min(args.ns) and args.m_huge else []):
             k = m_small.k if m == m_small.m else raydp.plan(m=m, gamma=0.01).k
             bs = default_block_size(n, m, batched=True)
             say(args, f"cheap: n={n} m={m} (block {bs}) ...")
@@ -456,6 +459,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ns", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--m-big", type=int, default=10**6, help="the large m of the cheap section (default 1e6)")
+    ap.add_argument("--m-huge", type=int, default=10**7,
+                    help="one more m for the smallest n, where a cheap run lasts long enough for Ray's fixed "
+                         "costs to amortise (default 1e7; 0 skips it)")
     ap.add_argument("--serial-max", type=int, default=None,
                     help="time the serial loop on at most this many pairs (default: all m)")
     ap.add_argument("--svm-n", type=int, default=1000)
@@ -463,7 +469,7 @@ def main(argv=None) -> int:
     ap.add_argument("--svm-m", type=int, default=800)
     ap.add_argument("--svm-gamma", type=float, default=0.1)
     ap.add_argument("--svm-repeats", type=int, default=1)
-    ap.add_argument("--scaling-ms", type=int, nargs="+", default=[10**4, 10**5, 10**6])
+    ap.add_argument("--scaling-ms", type=int, nargs="+", default=[10**4, 10**5, 10**6, 10**7])
     ap.add_argument("--overhead-tasks", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a plumbing check, not a measurement")
     ap.add_argument("--quiet", action="store_true")
@@ -475,7 +481,7 @@ def main(argv=None) -> int:
     if args.cores < 1 or args.repeats < 1:
         ap.error("--cores and --repeats must be >= 1")
     if args.quick:
-        args.ns, args.m_big, args.repeats = [10, 100], 50000, 1
+        args.ns, args.m_big, args.m_huge, args.repeats = [10, 100], 50000, 100000, 1
         args.svm_n, args.svm_dim, args.svm_m, args.svm_gamma = 60, 2, 40, 0.3
         args.scaling_ms, args.overhead_tasks = [5000, 50000], 20
 

@@ -190,3 +190,22 @@ def test_save_table_markdown(tmp_path):
         "| 8 | 0.05 | 0.008319 | a\\|b |",
         "| 16 | 0.1 | ∞ |  |",
     ]
+
+
+def test_bench_job_quick_checks_every_row_against_the_serial_loop(tmp_path):
+    """The benchmark's plumbing at tiny sizes: every runner returns the serial loop's Δ̂ bit for bit
+    (the goals on speed are the benchmark's to measure, not this test's)."""
+    import json
+
+    code, out, err = run_job("bench.py", "--quick", "--sections", "cheap,svm", "--out", tmp_path, "--quiet",
+                             cwd=tmp_path, timeout=300)
+    assert code == 0, err
+    report = json.loads((tmp_path / "bench.json").read_text())
+    rows = report["sections"]["cheap"]["rows"]
+    assert {(r["n"], r["m"]) for r in rows} >= {(10, 41971), (100, 41971)}
+    assert all(r["equal"] for r in rows)
+    assert all(r[key] > 0 for r in rows for key in ("a_pairs_per_s", "b_pairs_per_s", "c_pairs_per_s",
+                                                     "d_pairs_per_s"))
+    svm = report["sections"]["svm"]["result"]
+    assert svm["equal"] and svm["warm_abs_diff"] < 1e-5
+    assert report["machine"]["cores"] >= 1 and (tmp_path / "bench.md").read_text().count("|") > 20

@@ -135,7 +135,7 @@ def run_blocks(
     """Run ``blocks`` as Ray tasks; yield each block's result as its task finishes.
 
     ``num_cpus``/``memory`` are per task (raise ``num_cpus`` for multi-threaded targets).
-    ``group_size`` blocks go to one task (default: about four tasks per CPU slot).
+    ``group_size`` blocks go to one task (default: about four tasks per CPU slot, two for batched targets).
     ``compact``: forward only that many largest G per block (Δ̂ only, no sample).
     ``task_timeout``: seconds after which a task is killed and its pairs count as failures.
     """
@@ -157,7 +157,10 @@ def run_blocks(
                           "num_cpus or add bigger nodes (set RAYDP_ALLOW_AUTOSCALE=1 if an autoscaler will)")
     slots = max(1, int(cluster_cpus() // max(num_cpus, 1e-9)))
     if group_size is None:
-        group_size = max(1, math.ceil(len(blocks) / (4 * slots)))
+        # About four tasks per slot balance the load of expensive per-pair targets; a batched
+        # target's tasks are short, and the ~1-3 ms each task costs weighs more: two per slot.
+        per_slot = 2 if callable(getattr(job.target, "batch", None)) else 4
+        group_size = max(1, math.ceil(len(blocks) / (per_slot * slots)))
     if max_in_flight is None:
         max_in_flight = slots if task_timeout is not None else 2 * slots
     options = dict(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False)

@@ -19,36 +19,61 @@ def largest(values: np.ndarray, keep: int) -> np.ndarray:
 
 
 class TopK:
-    """Running multiset of the ``keep`` largest values seen, plus how many values were seen."""
+    """Running multiset of the ``keep`` largest values seen, plus how many values were seen.
 
-    __slots__ = ("keep", "values", "count")
+    Added arrays are buffered and cut down to the ``keep`` largest only when the buffer holds
+    twice that many, so merging many blocks costs O(total) rather than O(blocks × keep).
+    """
+
+    __slots__ = ("keep", "_parts", "_buffered", "count")
 
     def __init__(self, keep: int):
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.keep = int(keep)
-        self.values = np.empty(0, dtype=np.float64)
+        self._parts: list[np.ndarray] = []
+        self._buffered = 0
         self.count = 0
+
+    @property
+    def values(self) -> np.ndarray:
+        """The (at most) ``keep`` largest values seen, unordered."""
+        self._consolidate()
+        return self._parts[0] if self._parts else np.empty(0, dtype=np.float64)
+
+    def _consolidate(self) -> None:
+        if len(self._parts) > 1 or (self._parts and self._parts[0].size > self.keep):
+            merged = largest(np.concatenate(self._parts), self.keep)
+            self._parts, self._buffered = [merged], merged.size
+
+    def _push(self, g: np.ndarray) -> None:
+        if g.size > self.keep:
+            g = largest(g, self.keep)
+        self._parts.append(g)
+        self._buffered += g.size
+        if self._buffered >= 2 * self.keep + 1024:
+            self._consolidate()
 
     def add(self, g: np.ndarray, count: int | None = None) -> "TopK":
         """Add values; ``count`` is how many values ``g`` stands for (when it was compacted)."""
-        g = np.asarray(g, dtype=np.float64)
+        g = np.array(g, dtype=np.float64).ravel()  # a copy: the caller's array may be reused
         self.count += g.size if count is None else int(count)
-        self.values = largest(np.concatenate([self.values, largest(g, self.keep)]), self.keep)
+        self._push(g)
         return self
 
     def merge(self, other: "TopK") -> "TopK":
         if other.keep != self.keep:
             raise ValueError("cannot merge TopK with different keep")
         self.count += other.count
-        self.values = largest(np.concatenate([self.values, other.values]), self.keep)
+        self._push(other.values.copy())
         return self
 
     def order_statistic(self) -> float:
         """G_(k) once all m values were added: the smallest of the kept ``keep`` largest."""
-        if self.values.size < self.keep:
-            raise ValueError(f"only {self.values.size} values seen; need at least {self.keep}")
-        return float(np.min(self.values))
+        values = self.values
+        if values.size < self.keep:
+            raise ValueError(f"only {values.size} values seen; need at least {self.keep}")
+        return float(np.min(values))
 
     def sorted_desc(self) -> np.ndarray:
         return np.sort(self.values)[::-1]

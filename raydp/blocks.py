@@ -130,7 +130,11 @@ class PairJob:
         if pairs <= 0:
             raise ValueError(f"block {block_index} is past m={self.m}")
         size = self.block_size * (self.n + 1)
-        records = np.asarray(self.oracle.sample(block_rng(self.seed, block_index), size))
+        try:
+            records = np.asarray(self.oracle.sample(block_rng(self.seed, block_index), size))
+        except Exception as exc:  # an oracle failure is not a pair's failure: the run stops
+            raise OracleError(f"the oracle raised {type(exc).__name__} drawing block {block_index} "
+                              "(its message is withheld: it may quote records)") from None
         if records.ndim < 1 or records.shape[0] != size:
             raise OracleError(
                 f"oracle.sample(rng, {size}) returned shape {records.shape}; "
@@ -333,4 +337,7 @@ def probe_output_dim(target, oracle, mechanism, n: int, seed: int, timeout: floa
         ) from exc
     if e.ndim != 1 or e.size == 0:
         raise TargetError(f"the mechanism embedded the target output as shape {e.shape}; expected a non-empty vector")
+    if not np.isfinite(e).all():
+        raise TargetError("the target returned a non-finite value (NaN or ±inf) on a probe database drawn from "
+                          "the oracle; every pair would fail, so the run is refused")
     return int(e.size)

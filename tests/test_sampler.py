@@ -10,7 +10,7 @@ import raydp
 from raydp import oracles, targets
 from raydp.blocks import PairJob, default_block_size, num_blocks, probe_output_dim
 from raydp.engine.local import run_blocks
-from raydp.errors import InvalidArgument, TargetError
+from raydp.errors import InvalidArgument, OracleError, TargetError
 from raydp.reduce import TopK, kth_smallest
 
 
@@ -203,3 +203,27 @@ def test_example6_mean_estimate_is_close_to_delta_star():
     # Δ̂ with m=8000 (opt. k) estimates the (1 − γ + γ_lo)-quantile: above Δ* but close (Figure 4)
     ratio = np.mean(est) / _delta_star(0.05)
     assert 1.0 < ratio < 1.4, ratio
+
+
+class _OracleFailsOnBlocks:
+    """Draws fine for the probe (n records) and raises, quoting a record, for a block's draw."""
+
+    def sample(self, rng, size):
+        if size > 30:
+            raise RuntimeError("record 31337.4242 is malformed")
+        return rng.exponential(1.0, size)
+
+    def identity(self):
+        return {"name": "fails_on_blocks", "params": {}}
+
+
+def test_oracle_failing_mid_run_stops_the_run_without_quoting_records():
+    with pytest.raises(OracleError, match="drawing block") as info:
+        raydp.estimate_sensitivity(targets.mean(), _OracleFailsOnBlocks(), 30, m=200, seed=1, progress=False)
+    assert "31337" not in str(info.value)
+
+
+def test_target_returning_nan_on_the_probe_is_refused():
+    with pytest.raises(TargetError, match="non-finite"):
+        raydp.estimate_sensitivity(lambda db: float("nan"), oracles.exponential(1.0), 30, m=200, seed=1,
+                                   progress=False)

@@ -64,25 +64,27 @@ SECTIONS = ("cheap", "svm", "scaling", "overheads")
 
 
 # ----------------------------------------------------------------------------- reference loops
-def serial_loop(target, oracle, n: int, m: int, k: int, seed: int, block_size: int) -> float:
-    """(a) One pair at a time, as the reference packages do: draw, f(D), f(D′), ‖·‖₁, sort.
+def serial_block(target, oracle, n: int, seed: int, block_size: int, m: int, b: int) -> list[float]:
+    """One block of the serial loop: draw the block's records, then per pair f(D), f(D′), ‖·‖₁.
 
-    The records come from the same per-block generators as raydp's (same seed, same blocks), so
-    every G is the same number.
+    The records come from raydp's per-block generators (same seed, same blocks), so every G is the
+    same number as raydp's.
     """
+    p = min(block_size, m - b * block_size)
+    recs = np.asarray(oracle.sample(block_rng(seed, b), block_size * (n + 1)))
+    x = recs.reshape((block_size, n + 1) + recs.shape[1:])
     gs = []
-    x = None
-    for i in range(m):
-        b, j = divmod(i, block_size)
-        if j == 0:
-            recs = np.asarray(oracle.sample(block_rng(seed, b), block_size * (n + 1)))
-            x = recs.reshape((block_size, n + 1) + recs.shape[1:])
+    for j in range(p):
         row = x[j]
-        d = row[:n]
-        d_prime = np.concatenate([row[: n - 1], row[n:]])
-        a = np.ravel(np.asarray(target(d), dtype=np.float64))
-        c = np.ravel(np.asarray(target(d_prime), dtype=np.float64))
+        a = np.ravel(np.asarray(target(row[:n]), dtype=np.float64))
+        c = np.ravel(np.asarray(target(np.concatenate([row[: n - 1], row[n:]])), dtype=np.float64))
         gs.append(float(np.sum(np.abs(a - c))))
+    return gs
+
+
+def serial_loop(target, oracle, n: int, m: int, k: int, seed: int, block_size: int) -> float:
+    """(a) One pair at a time, as the reference packages do: draw, f(D), f(D′), ‖·‖₁, sort."""
+    gs = [g for b in range(num_blocks(m, block_size)) for g in serial_block(target, oracle, n, seed, block_size, m, b)]
     gs.sort()
     return gs[k - 1]
 
@@ -123,17 +125,7 @@ class ColdSVM:
 
 def _svm_block(n: int, dim: int, seed: int, block_size: int, m: int, b: int, C: float) -> list[float]:
     """joblib's unit of work: the serial loop over one block (same draws as every other column)."""
-    target, oracle = ColdSVM(C), oracles.svm_two_class(dim)
-    p = min(block_size, m - b * block_size)
-    recs = np.asarray(oracle.sample(block_rng(seed, b), block_size * (n + 1)))
-    x = recs.reshape((block_size, n + 1) + recs.shape[1:])
-    out = []
-    for j in range(p):
-        row = x[j]
-        a = np.ravel(target(row[:n]))
-        c = np.ravel(target(np.concatenate([row[: n - 1], row[n:]])))
-        out.append(float(np.sum(np.abs(a - c))))
-    return out
+    return serial_block(ColdSVM(C), oracles.svm_two_class(dim), n, seed, block_size, m, b)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -327,15 +319,14 @@ if backend == "ray":
     kw["ray_init_cpus"] = cores
     raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 10, m=4000, seed=1, backend=backend,
                                progress=False, **kw)  # start the workers before the clock does
-with open("/proc/self/status") as f:
-    base = next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+def hwm_mb():  # this process's peak RSS (VmHWM); ru_maxrss would carry the parent's over fork+exec
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+base = hwm_mb()
 t0 = time.perf_counter()
 est = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 10, m=m, seed=0,
                                  backend=backend, store=uri, progress=False, **kw)
 wall = time.perf_counter() - t0
-def hwm_mb():  # this process's peak RSS (VmHWM); ru_maxrss would carry the parent's over fork+exec
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
 print(json.dumps(dict(m=m, backend=backend, wall_s=wall, peak_rss_mb=hwm_mb(), rss_before_mb=base,
                       delta=est.sensitivity)))
 """

@@ -272,6 +272,18 @@ def _on_alarm(signum, frame):
     raise PairTimeout()
 
 
+def check_timeout(name: str, seconds) -> float | None:
+    """A timeout in seconds: None, or a finite number > 0 (``InvalidArgument`` otherwise)."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)) \
+            or not 0 < seconds < math.inf:
+        from .errors import InvalidArgument
+
+        raise InvalidArgument(f"{name} must be a positive number of seconds or None, got {seconds!r}")
+    return float(seconds)
+
+
 def check_alarm_usable() -> None:
     """``pair_timeout`` uses SIGALRM: only on a POSIX process's main thread."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
@@ -310,10 +322,18 @@ def _embed_rows(mechanism, outs: np.ndarray) -> np.ndarray | None:
 
 def probe_output_dim(target, oracle, mechanism, n: int, seed: int, timeout: float | None = None) -> int:
     """Evaluate the target once on a public probe database to learn its output dimension."""
-    rng = block_rng(seed, PROBE_KEY)
-    records = np.asarray(oracle.sample(rng, n))
-    if records.ndim < 1 or records.shape[0] != n:
-        raise OracleError(f"oracle.sample(rng, {n}) returned shape {records.shape}; expected {n} records first")
+    from .errors import RaydpError
+    from .oracles import check_records
+
+    # The oracle must honour its protocol before any pair is drawn: NaN records would turn every
+    # pair into a failure, complex ones would silently lose their imaginary part.
+    try:
+        records = oracle.sample(block_rng(seed, PROBE_KEY), n)
+    except RaydpError:
+        raise
+    except Exception as exc:
+        raise OracleError(f"oracle.sample(rng, {n}) raised {type(exc).__name__}: {exc}") from exc
+    records = check_records(records, n)
     if timeout is not None:
         check_alarm_usable()
     try:

@@ -19,8 +19,8 @@ from typing import Iterable
 import numpy as np
 
 from ._version import __version__
-from .blocks import BlockResult, PairJob, default_block_size, num_blocks, probe_output_dim
-from .errors import EngineError, InvalidArgument, OracleError, PlanError, RaydpError
+from .blocks import BlockResult, PairJob, check_timeout, default_block_size, num_blocks, probe_output_dim
+from .errors import EngineError, InvalidArgument, PlanError
 from .identity import describe
 from .plan import Plan, plan as make_plan
 from .reduce import TopK, kth_smallest
@@ -157,7 +157,7 @@ def estimate_sensitivity(
     (G = +∞); with the Ray backend ``task_timeout=`` does the same for a whole task, killing its
     worker (for targets stuck in C code). See :mod:`raydp.blocks`.
     """
-    from .oracles import as_oracle, check_records
+    from .oracles import as_oracle
     from .targets import as_target
 
     target = as_target(target)
@@ -196,26 +196,11 @@ def estimate_sensitivity(
     if unknown:
         raise InvalidArgument(f"unknown option(s) {', '.join(unknown)} for the {backend} backend"
                               f"{' with a store' if store is not None else ''}; allowed: {', '.join(sorted(allowed))}")
-    from .blocks import PROBE_KEY, block_rng
-
-    # The oracle must honour its protocol before any pair is drawn: NaN records would turn every
-    # pair into a failure, complex ones would silently lose their imaginary part.
-    try:
-        probe = oracle.sample(block_rng(seed, PROBE_KEY), n)
-    except RaydpError:
-        raise
-    except Exception as exc:
-        raise OracleError(f"oracle.sample(rng, {n}) raised {type(exc).__name__}: {exc}") from exc
-    check_records(probe, n)
-    del probe  # the probe below draws it again; do not hold n records for the whole run
-
-    if pair_timeout is not None and (isinstance(pair_timeout, bool) or not isinstance(pair_timeout, numbers.Real)
-                                     or not 0 < pair_timeout < float("inf")):
-        raise InvalidArgument(f"pair_timeout must be a positive number of seconds or None, got {pair_timeout!r}")
+    pair_timeout = check_timeout("pair_timeout", pair_timeout)
     out_dim = probe_output_dim(target, oracle, mechanism, n, seed, timeout=pair_timeout)
     job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=p.m, seed=seed,
                   block_size=bs, out_dim=out_dim, strict=bool(strict),
-                  pair_timeout=None if pair_timeout is None else float(pair_timeout))
+                  pair_timeout=pair_timeout)
     identity = dict(
         n=n, seed=seed, block_size=bs, mechanism=describe(mechanism), norm=str(mechanism.norm),
         target=describe(target), oracle=describe(oracle), output_dim=out_dim,

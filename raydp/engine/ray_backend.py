@@ -26,7 +26,7 @@ import os
 import time
 from typing import Iterator, Sequence
 
-from ..blocks import BlockResult, PairJob
+from ..blocks import BlockResult, PairJob, check_timeout
 from ..errors import EngineError
 from .local import groups_of
 
@@ -142,10 +142,7 @@ def run_blocks(
     import ray
     from ray.exceptions import RayTaskError
 
-    if task_timeout is not None and not (isinstance(task_timeout, (int, float)) and 0 < task_timeout < math.inf):
-        from ..errors import InvalidArgument
-
-        raise InvalidArgument(f"task_timeout must be a positive number of seconds, got {task_timeout!r}")
+    task_timeout = check_timeout("task_timeout", task_timeout)
     blocks = list(blocks)
     if not blocks:  # e.g. a resumed store that is already complete: no need to start Ray
         return

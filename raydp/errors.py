@@ -37,8 +37,12 @@ class EngineError(RaydpError, RuntimeError):
     """A distributed run that cannot finish with every pair accounted for."""
 
 
-class InvalidArgument(RaydpError, ValueError):
+class InvalidArgumentError(RaydpError, ValueError):
     """An argument (n, seed, block size, backend, data) that is out of range or of the wrong type."""
+
+
+# The name before 0.2; kept so that ``except raydp.InvalidArgument`` keeps working.
+InvalidArgument = InvalidArgumentError
 
 
 class BudgetError(RaydpError, ValueError):

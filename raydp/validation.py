@@ -1,0 +1,92 @@
+"""One place for argument checks, in the spirit of scikit-learn's ``check_scalar``.
+
+Every check refuses ``bool`` where a number is meant (``True`` is an ``int`` to Python, never to us),
+names the argument, says what is allowed and shows what was given, and raises the error type the
+caller names (each raydp module raises its own :mod:`raydp.errors` type). The message is
+
+    "<name> must be <expected>, got <value!r>"
+
+where ``expected`` is derived from the bounds unless the caller words it (e.g. "a positive integer").
+
+>>> check_int(3, "n", min_value=1)
+3
+>>> check_int(True, "n", min_value=1)
+Traceback (most recent call last):
+...
+raydp.errors.InvalidArgumentError: n must be an integer >= 1, got True
+>>> check_real(0.5, "gamma", min_value=0, max_value=1, include_min=False, include_max=False)
+0.5
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+__all__ = ["check_int", "check_real", "check_bool", "fail"]
+
+
+def fail(error: type[Exception], name: str, expected: str, value) -> Exception:
+    """The error ``error("<name> must be <expected>, got <value!r>")``, to raise."""
+    return error(f"{name} must be {expected}, got {value!r}")
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def check_int(value, name: str, *, min_value: int | None = None, max_value: int | None = None,
+              error: type[Exception] = InvalidArgumentError, expected: str | None = None) -> int:
+    """``value`` as an ``int`` if it is an integer (not a bool) in ``[min_value, max_value]``."""
+    if expected is None:
+        if min_value is not None and max_value is not None:
+            expected = f"an integer in [{min_value}, {max_value}]"
+        elif min_value is not None:
+            expected = f"an integer >= {min_value}"
+        elif max_value is not None:
+            expected = f"an integer <= {max_value}"
+        else:
+            expected = "an integer"
+    if _is_bool(value) or not isinstance(value, numbers.Integral):
+        raise fail(error, name, expected, value)
+    v = int(value)
+    if (min_value is not None and v < min_value) or (max_value is not None and v > max_value):
+        raise fail(error, name, expected, value)
+    return v
+
+
+def check_real(value, name: str, *, min_value: float | None = None, max_value: float | None = None,
+               include_min: bool = True, include_max: bool = True, finite: bool = True,
+               error: type[Exception] = InvalidArgumentError, expected: str | None = None) -> float:
+    """``value`` as a ``float`` if it is a real number (not a bool, not NaN) within the bounds.
+
+    ``finite=True`` also refuses ±inf. ``include_min``/``include_max`` choose closed or open bounds.
+    """
+    if expected is None:
+        parts = []
+        if min_value is not None:
+            parts.append(f"{'>=' if include_min else '>'} {min_value:g}")
+        if max_value is not None:
+            parts.append(f"{'<=' if include_max else '<'} {max_value:g}")
+        expected = ("a finite real number" if finite else "a real number") + (" " + " and ".join(parts) if parts else "")
+    if _is_bool(value) or not isinstance(value, numbers.Real):
+        raise fail(error, name, expected, value)
+    v = float(value)
+    if math.isnan(v) or (finite and not math.isfinite(v)):
+        raise fail(error, name, expected, value)
+    if min_value is not None and (v < min_value or (v == min_value and not include_min)):
+        raise fail(error, name, expected, value)
+    if max_value is not None and (v > max_value or (v == max_value and not include_max)):
+        raise fail(error, name, expected, value)
+    return v
+
+
+def check_bool(value, name: str, *, error: type[Exception] = InvalidArgumentError) -> bool:
+    """``value`` as a ``bool`` if it is ``True`` or ``False`` (numpy's bools too), nothing else."""
+    if not _is_bool(value):
+        raise error(f"{name} must be True or False, got {value!r}")
+    return bool(value)

@@ -16,7 +16,7 @@ from raydp import oracles, targets
 
 pytest.importorskip("sklearn")
 
-# libsvm stops at tol = 1e-7 (KKT), which leaves ‖·‖₁ errors up to ~1e-6 at n = 1000 (targets.py);
+# libsvm stops at tol = 1e-7 (KKT), which leaves ‖·‖₁ errors up to ~1e-6 at n = 1000 (raydp/targets/svm.py);
 # the active-set answers are exact, so this is the bound on |pair − cold| and on |G_pair − G_cold|.
 TOL = 5e-6
 

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from raydp.errors import OracleError
+from raydp.validation import check_int, check_real, fail
 
 __all__ = [
     "exponential",
@@ -48,25 +49,25 @@ __all__ = [
 
 
 def _real(name: str, value: Any, *, positive: bool = False) -> float:
-    """A finite real number (bools refused); ``positive`` demands > 0."""
+    """A finite real number (bools refused); ``positive`` demands > 0.
+
+    Three messages: "<name> must be a finite real number" (not a real number), "<name> must be
+    finite" (NaN, ±inf), "<name> must be > 0".
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise OracleError(f"{name} must be a finite real number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise OracleError(f"{name} must be finite, got {value!r}")
-    if positive and not v > 0:
-        raise OracleError(f"{name} must be > 0, got {value!r}")
+        raise fail(OracleError, name, "a finite real number", value)
+    v = check_real(value, name, error=OracleError, expected="finite")
+    if positive:
+        check_real(value, name, min_value=0.0, include_min=False, error=OracleError, expected="> 0")
     return v
 
 
 def _dim(value: Any, *, allow_none: bool = True) -> int | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or not 1 <= int(value) < 2**63:
-        allowed = "None (scalar records) or a positive integer" if allow_none else "a positive integer"
-        allowed += " below 2**63"
-        raise OracleError(f"dim must be {allowed}, got {value!r}")
-    return int(value)
+    allowed = "None (scalar records) or a positive integer" if allow_none else "a positive integer"
+    return check_int(value, "dim", min_value=1, max_value=2**63 - 1, error=OracleError,
+                     expected=allowed + " below 2**63")
 
 
 def _param_vector(name: str, value: Any, dim: int | None, *, positive: bool = False) -> float | np.ndarray:
@@ -89,9 +90,8 @@ def _param_vector(name: str, value: Any, dim: int | None, *, positive: bool = Fa
 
 
 def _size(size: Any) -> int:
-    if isinstance(size, (bool, np.bool_)) or not isinstance(size, numbers.Integral) or not 0 <= int(size) <= 2**63 - 1:
-        raise OracleError(f"size must be an integer in [0, 2**63 - 1] (numpy's largest array), got {size!r}")
-    return int(size)
+    return check_int(size, "size", min_value=0, max_value=2**63 - 1, error=OracleError,
+                     expected="an integer in [0, 2**63 - 1] (numpy's largest array)")
 
 
 def _jsonable_param(v: float | np.ndarray) -> float | list:

@@ -9,8 +9,10 @@ With ``--backend auto`` (the default) raydp connects to ``--address`` or ``RAY_A
 is given, and otherwise starts a local Ray inside the job (``--num-cpus`` caps it). ``--backend
 local`` runs everything in the job's own process, without Ray.
 
-Jobs import only ``raydp`` and this module; the job directory is put on ``sys.path`` (by the job,
-only if missing) so that ``import _common`` works however the script is started.
+Jobs import only ``raydp`` and the modules of this directory (this one, ``_plots`` for tables and
+figures, ``svm_sensitivity`` for the SVM bound). They are found because a script's own directory is
+``sys.path[0]`` (``python jobs/X.py``, and the same under ``ray job submit``); the tests put
+``jobs/`` on ``sys.path`` through pytest's ``pythonpath`` setting (pyproject.toml).
 """
 
 from __future__ import annotations

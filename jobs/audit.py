@@ -49,11 +49,7 @@ import os
 import sys
 import time
 
-_here = os.path.dirname(os.path.abspath(__file__))
-if _here not in sys.path:  # for `import _common` when this file is not run as a script
-    sys.path.insert(0, _here)
-
-import _common  # noqa: E402
+import _common
 
 N_MEDIAN = 21
 RUNS = 1000

@@ -24,13 +24,9 @@ import argparse
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-if _here not in sys.path:  # for `import _common` when this file is not run as a script
-    sys.path.insert(0, _here)
+import _common
 
-import _common  # noqa: E402
-
-from raydp.cli import MECHANISMS  # noqa: E402
+from raydp.cli import MECHANISMS
 
 EXAMPLE = dict(target="raydp.targets:mean", oracle="raydp.oracles:exponential", oracle_args='{"rate": 1.0}',
                n=1000, gamma=0.05)

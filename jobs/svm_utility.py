@@ -58,12 +58,8 @@ import shutil
 import sys
 import time
 
-_here = os.path.dirname(os.path.abspath(__file__))
-if _here not in sys.path:  # for `import _common` and `import svm_sensitivity` however this file is run
-    sys.path.insert(0, _here)
-
-import _common  # noqa: E402
-from svm_sensitivity import BOUNDS, global_bound  # noqa: E402  (Proposition 19, one definition)
+import _common
+from svm_sensitivity import BOUNDS, global_bound  # Proposition 19, one definition
 
 N = 1000
 C = 3.0

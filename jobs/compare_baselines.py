@@ -308,9 +308,9 @@ def _mathtext(label: str) -> str:
 
 
 def plot(rows: list[dict], path: str, repeats: int) -> str:
-    from raydp.plots import _pyplot
+    from _plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     stats = [s for s in STATISTICS if any(r["statistic"] == s for r in rows)]
     dists = [d for d in DISTRIBUTIONS if any(r["distribution"] == d for r in rows)]
     ns = sorted({r["n"] for r in rows})

@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     from raydp import oracles, targets
     from raydp.errors import InvalidArgument
     from raydp.plan import min_gamma
-    from raydp.plots import markdown_table
+
+    from _plots import markdown_table
 
     a = make_parser().parse_args(argv)
     if a.repeats < 1:
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         f.write(text)
     outputs = [base + ".parquet", base + ".md"]
     if not a.no_plot:
-        from raydp.plots import plot_example6
+        from _plots import plot_example6
 
         title = (f"Analytical vs estimated sensitivity, Example 6\n"
                  f"mean of n = {a.n} Exp({a.rate:g}) records, {a.repeats} repeats per m")

@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     from raydp.errors import InvalidArgument, PlanError
     from raydp.mechanisms import bernstein_approximation
     from raydp.plan import min_gamma
-    from raydp.plots import markdown_table
+
+    from _plots import markdown_table
 
     a = make_parser().parse_args(argv)
     if a.paper and (a.m is not None or a.repeats is not None):
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         f.write(text)
     outputs = [base + ".parquet", base + ".md"]
     if not a.no_plot:
-        from raydp.plots import plot_kde_tv
+        from _plots import plot_kde_tv
 
         title = (f"KDE error (relative to non-private), Bernstein K = {a.lattice}, order {a.order}\n"
                  f"n = {a.n}, bandwidth {a.bandwidth:g}, mixture read as {a.scale}, {repeats} releases per point")

@@ -140,9 +140,9 @@ def sample_dimension(a, d: int, uri: str, options: dict):
 
 def plot_figure5(rows: list[dict], gammas: list[float], dims: list[int], bound_label: str, title: str,
                  path: str) -> str:
-    from raydp.plots import _pyplot
+    from _plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.6, 4.4), dpi=120)
     try:
         colours = plt.get_cmap("viridis")(
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     import raydp
     from raydp.errors import InvalidArgument, PlanError
     from raydp.plan import min_gamma
-    from raydp.plots import save_table_markdown
+
+    from _plots import save_table_markdown
 
     a = make_parser().parse_args(argv)
     dims = a.dims or list(PAPER_DIMS if a.paper else DEFAULT_DIMS)

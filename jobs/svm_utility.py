@@ -148,9 +148,9 @@ def curve_label(r: dict) -> str:
 
 
 def plot_figure6(rows: list[dict], path: str, title: str) -> str:
-    from raydp.plots import _pyplot
+    from _plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.6, 4.4), dpi=120)
     style = {"global": ("s-", "black"), "sampled_opt_m": ("o-", "tab:blue"),
              "sampled_opt_k": ("^-", "tab:orange"), "non_private": ("--", "tab:green")}
@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     import raydp
     from raydp import oracles, targets
     from raydp.errors import InvalidArgument
-    from raydp.plots import markdown_table
+
+    from _plots import markdown_table
 
     a = make_parser().parse_args(argv)
     if a.paper and a.repeats is not None:

@@ -178,7 +178,7 @@ def test_plot_cdf_without_matplotlib_says_how_to_install(small_estimate, tmp_pat
 
 
 def test_save_table_markdown(tmp_path):
-    from raydp.plots import save_table_markdown
+    from _plots import save_table_markdown
 
     rows = [{"d": 8, "gamma": 0.05, "sensitivity": 0.0083187, "note": "a|b"},
             {"d": 16, "gamma": 0.1, "sensitivity": float("inf")}]

@@ -4,7 +4,8 @@ Two tables, printed as Markdown and written to ``--out`` (default jobs/results) 
 ``audit.json``.
 
 **Coverage (Theorem 15).** Target: the median of n = 21 iid U(0, 1) records, whose sensitivity law
-is known exactly, Φ(t) = 1 − (r+1)/n · (1 − t)^(n+1) (n = 2r + 1; derivation in ``raydp.audit``).
+is known exactly, Φ(t) = 1 − (r+1)/n · (1 − t)^(n+1) (n = 2r + 1; derivation in
+``raydp.testing.coverage``).
 For each plan, ``--runs`` seeded sampler runs (in process, ``backend="local"``) give Δ̂; a run fails
 when Φ(Δ̂) < 1 − γ, which Theorem 15 allows with probability ≤ ρ. The failures are tested against
 Binomial(runs, ρ), one-sided, at ``--coverage-alpha`` (1e-6): a correct sampler is flagged with at
@@ -15,17 +16,17 @@ order statistics of the same G samples, to the same tests: "naive" k = ⌈m(1 �
 quantile, no DKW margin), "median" k = ⌈m/2⌉, and "off_by_one" k − 1 (which only the law test sees).
 
 **Mechanism audit.** Each mechanism is run N times on each side of a neighbouring pair at distance
-exactly Δ = 1 in its norm, and ``raydp.audit.audit`` returns lower confidence bounds ε̂ (the smallest
+exactly Δ = 1 in its norm, and ``raydp.testing.audit`` returns lower confidence bounds ε̂ (the smallest
 ε′ with (ε′, δ)-DP on the pair) and δ̂ (the hockey-stick divergence at the claimed ε); all bounds
 hold simultaneously with probability ≥ 1 − ``--alpha`` (1e-5), so a correct mechanism "passes"
-except with that probability. "exact" columns are white-box references (``raydp.audit.exact_privacy``)
-for the noise actually added. Mis-scaled rows use ``raydp.audit.Miscalibrated`` (release with
-factor·Δ while claiming Δ). Expected outcomes: correct rows pass; rows marked "flag" must be flagged;
-the correct sampler passes both its tests and the "naive" and "median" samplers are flagged (the
-job exits with status 1 otherwise). The halved *classic* Gaussian is a real but small violation
-(δ(ε) = 0.0083 against δ = 0.001: the classic calibration has slack), marked "weak": at 30 000
-samples per side it usually passes; one audit at 300 000 per side (``--scale 10``, ~45 s for that row
-alone) flagged it with δ̂ ≥ 0.0029 and ε̂ ≥ 0.97.
+except with that probability. "exact" columns are white-box references (``raydp.testing.exact_privacy``:
+each mechanism's own curve) for the noise actually added. Mis-scaled rows use
+``raydp.testing.Miscalibrated`` (release with factor·Δ while claiming Δ). Expected outcomes: correct
+rows pass; rows marked "flag" must be flagged; the correct sampler passes both its tests and the
+"naive" and "median" samplers are flagged (the job exits with status 1 otherwise). The halved
+*classic* Gaussian is a real but small violation (δ(ε) = 0.0083 against δ = 0.001: the classic
+calibration has slack), marked "weak": at 30 000 samples per side it usually passes; one audit at
+300 000 per side (``--scale 10``, ~45 s for that row alone) flagged it with δ̂ ≥ 0.0029 and ε̂ ≥ 0.97.
 
 OpenDP noise cannot be seeded, so the audit rows vary from run to run (within the stated error);
 the coverage rows are reproducible from ``--seed``.
@@ -87,7 +88,7 @@ def audit_cases():
     import numpy as np
 
     import raydp
-    from raydp.audit import Miscalibrated
+    from raydp.testing import Miscalibrated
 
     lap = raydp.Laplace(1.0)
     classic = raydp.Gaussian(0.9, 1e-3)
@@ -115,7 +116,7 @@ def audit_cases():
 
 
 def run_audits(a) -> list[dict]:
-    from raydp.audit import audit, exact_privacy
+    from raydp.testing import audit, exact_privacy
 
     rows = []
     for label, mech, x, xp, base_n, expect, kw in audit_cases():
@@ -136,7 +137,7 @@ def run_audits(a) -> list[dict]:
 
 def run_coverage(a) -> tuple[list[dict], list[dict]]:
     from raydp import oracles, targets
-    from raydp.audit import (
+    from raydp.testing import (
         median_of_uniforms_cdf,
         median_of_uniforms_quantile,
         sampler_coverage,

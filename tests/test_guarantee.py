@@ -10,7 +10,7 @@ Two kinds of randomness, two kinds of error statement:
   probability ≥ 1 − ALPHA), stated per test. Power statements (a mis-scaled mechanism is flagged) come
   with the miss probability of a normal approximation, from the spread of 8–12 pilot audits.
 
-Reference law (derivation in :mod:`raydp.audit`): for the median of n = 2r + 1 iid U(0, 1) records,
+Reference law (derivation in :mod:`raydp.testing.coverage`): for the median of n = 2r + 1 iid U(0, 1) records,
 G = |median(D) − median(D′)| has Φ(t) = 1 − (r + 1)/n · (1 − t)^(n+1) on [0, 1]: an atom r/n at 0 and
 G | G > 0 ~ Beta(1, n + 1).
 """
@@ -26,9 +26,10 @@ import pytest
 from scipy import stats
 
 import raydp
-from raydp import audit as A
+from raydp import testing as A
 from raydp import oracles, targets
 from raydp.errors import InvalidArgument, MechanismError
+from raydp.testing import coverage, privacy
 
 ALPHA = 1e-5  # per audit: P(a correct mechanism is not passed)
 N_MED = 21
@@ -175,8 +176,8 @@ def test_exact_failure_probability_is_the_binomial_tail():
     """Deterministic: the exact per-run failure probability and the rejection limit."""
     assert A.exact_failure_probability(10, 10, 0.1) == pytest.approx(0.9**10, rel=1e-12)
     assert A.exact_failure_probability(10, 1, 0.1) == pytest.approx(1 - 0.1**10, rel=1e-12)
-    lim = A._reject_limit(200, 0.01, 1e-6)
-    assert A._binom_pvalue(lim, 200, 0.01) >= 1e-6 > A._binom_pvalue(lim + 1, 200, 0.01)
+    lim = coverage._reject_limit(200, 0.01, 1e-6)
+    assert coverage._binom_pvalue(lim, 200, 0.01) >= 1e-6 > coverage._binom_pvalue(lim + 1, 200, 0.01)
     with pytest.raises(InvalidArgument):
         A.sampler_coverage(targets.median(), oracles.uniform(), 5, lambda t: t, runs=0, gamma=0.1)
     with pytest.raises(InvalidArgument):
@@ -359,5 +360,8 @@ def test_audit_docstring_examples_run():
     """The module's doctests (one is an audit: false alarm ≤ 1e-5, ε̂ ≤ 1.5 holds whenever its bounds do)."""
     import doctest
 
-    result = doctest.testmod(A, optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(privacy, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 3 and result.failed == 0
+    for module in (A, coverage):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted >= 1 and result.failed == 0, module.__name__

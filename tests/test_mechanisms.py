@@ -420,6 +420,7 @@ def test_identity_is_jsonable_and_stable_and_pickles():
 
 
 def test_docstring_examples_run():
-    for module in (mechanisms, noise):
+    for module in (mechanisms, mechanisms.base, mechanisms.laplace, mechanisms.gaussian,
+                   mechanisms.exponential, mechanisms.bernstein, noise):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0, module.__name__

@@ -16,8 +16,11 @@ from numbers import Real
 
 import numpy as np
 
-from raydp.mechanisms import _check_delta, _check_epsilon
-from raydp.errors import InvalidArgument
+from raydp.errors import InvalidArgumentError
+from raydp.mechanisms import base as _mechanisms
+from raydp.mechanisms.base import check_epsilon  # noqa: F401 - the baselines check ε as the mechanisms do
+from raydp.validation import check_int as _check_int
+from raydp.validation import check_real, fail
 
 __all__ = ["BaselineRelease", "median_rank", "lower_median", "LowerMedian", "median_target"]
 
@@ -50,33 +53,31 @@ class BaselineRelease:
         return self.value is None
 
 
-def check_epsilon(epsilon, what: str = "epsilon") -> float:
-    return _check_epsilon(epsilon, what)
+# check_epsilon(epsilon, what="epsilon") is the mechanisms' own check (raydp.mechanisms.base).
 
 
 def check_delta(delta, *, allow_zero: bool = False) -> float:
     """δ in (0, 1) as the mechanisms require it, or exactly 0 when ``allow_zero`` (pure DP)."""
     if allow_zero and not isinstance(delta, bool) and isinstance(delta, Real) and float(delta) == 0.0:
         return 0.0
-    return _check_delta(delta)
+    return _mechanisms.check_delta(delta)
 
 
 def check_beta(beta) -> float:
+    """β (the smoothness parameter) as a float: a real number (not a bool), finite and > 0."""
     if isinstance(beta, bool) or not isinstance(beta, Real):
-        raise InvalidArgument(f"beta must be a real number > 0, got {beta!r}")
+        raise fail(InvalidArgumentError, "beta", "a real number > 0", beta)
     b = float(beta)
     if not math.isfinite(b) or b <= 0:
-        raise InvalidArgument(f"beta (the smoothness parameter) must be finite and > 0, got {b!r}")
+        raise fail(InvalidArgumentError, "beta (the smoothness parameter)", "finite and > 0", b)
     return b
 
 
 def check_bounds(lower, upper) -> tuple[float, float]:
-    for name, v in (("lower", lower), ("upper", upper)):
-        if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(float(v)):
-            raise InvalidArgument(f"{name} must be a finite real number, got {v!r}")
-    lo, hi = float(lower), float(upper)
+    """The public range ``[lower, upper]``: two finite real numbers (not bools) with lower < upper."""
+    lo, hi = check_real(lower, "lower"), check_real(upper, "upper")
     if not lo < hi:
-        raise InvalidArgument(f"the public range needs lower < upper, got [{lo}, {hi}]")
+        raise InvalidArgumentError(f"the public range needs lower < upper, got [{lo}, {hi}]")
     return lo, hi
 
 
@@ -89,17 +90,17 @@ def check_data(x, lower: float | None = None, upper: float | None = None, *, min
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InvalidArgument(f"data must be a 1-D array of real numbers, got {type(x).__name__}") from None
+        raise InvalidArgumentError(f"data must be a 1-D array of real numbers, got {type(x).__name__}") from None
     if arr.ndim != 1:
-        raise InvalidArgument(f"data must be a 1-D array of scalar records, got shape {arr.shape}")
+        raise InvalidArgumentError(f"data must be a 1-D array of scalar records, got shape {arr.shape}")
     if arr.size < min_size:
-        raise InvalidArgument(f"data must have at least {min_size} record(s), got {arr.size}")
+        raise InvalidArgumentError(f"data must have at least {min_size} record(s), got {arr.size}")
     if not np.all(np.isfinite(arr)):
-        raise InvalidArgument("data contain NaN or inf; records must be finite")
+        raise InvalidArgumentError("data contain NaN or inf; records must be finite")
     if lower is not None and upper is not None:
         lo, hi = float(np.min(arr)), float(np.max(arr))
         if lo < lower or hi > upper:
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 f"data must lie in the public range [{lower:g}, {upper:g}] but span [{lo:g}, {hi:g}]; "
                 "clip them first (np.clip(x, lower, upper)) and say so"
             )
@@ -111,28 +112,29 @@ def check_grid(grid, lower: float | None = None, upper: float | None = None) -> 
     try:
         g = np.asarray(grid, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InvalidArgument(f"grid must be a 1-D array of real numbers, got {type(grid).__name__}") from None
+        raise InvalidArgumentError(f"grid must be a 1-D array of real numbers, got {type(grid).__name__}") from None
     if g.ndim != 1 or g.size < 2:
-        raise InvalidArgument(f"grid must be a 1-D array of at least 2 points, got shape {g.shape}")
+        raise InvalidArgumentError(f"grid must be a 1-D array of at least 2 points, got shape {g.shape}")
     if not np.all(np.isfinite(g)):
-        raise InvalidArgument("grid must be finite")
+        raise InvalidArgumentError("grid must be finite")
     if not np.all(np.diff(g) > 0):
-        raise InvalidArgument("grid must be strictly increasing")
+        raise InvalidArgumentError("grid must be strictly increasing")
     if lower is not None and (g[0] < lower or g[-1] > upper):
-        raise InvalidArgument(f"grid spans [{g[0]:g}, {g[-1]:g}], outside the public range [{lower:g}, {upper:g}]")
+        raise InvalidArgumentError(f"grid spans [{g[0]:g}, {g[-1]:g}], outside the public range [{lower:g}, {upper:g}]")
     return g
 
 
 def default_grid(lower: float, upper: float, size: int) -> np.ndarray:
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
-        raise InvalidArgument(f"grid_size must be an integer >= 2, got {size!r}")
-    return np.linspace(lower, upper, int(size))
+    return np.linspace(lower, upper, _check_int(size, "grid_size", min_value=2))
 
 
 def check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        raise InvalidArgument(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    """:func:`raydp.validation.check_int` with the arguments in the old order (name first).
+
+    Kept for :mod:`raydp.baselines.sample_aggregate`, whose Ray branch is being replaced; new code
+    calls ``raydp.validation.check_int(value, name, min_value=minimum)``.
+    """
+    return _check_int(value, name, min_value=minimum)
 
 
 def clamp(value: float, lower: float, upper: float) -> float:

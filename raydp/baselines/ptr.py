@@ -27,6 +27,8 @@ import math
 import numpy as np
 
 from raydp import noise
+from raydp.errors import InvalidArgumentError
+from raydp.validation import check_int
 
 from ._common import (
     EPS_DELTA_DP,
@@ -35,7 +37,6 @@ from ._common import (
     check_data,
     check_delta,
     check_epsilon,
-    check_int,
     clamp,
     lower_median,
     median_rank,
@@ -46,14 +47,12 @@ __all__ = ["ptr_distance_to_unsafe", "ptr_threshold", "ptr_median", "propose_bou
 
 
 def _check_bound(bound) -> float:
-    from raydp.errors import InvalidArgument
-
     try:
         b = float(bound)
     except (TypeError, ValueError):
-        raise InvalidArgument(f"bound must be a real number >= 0, got {bound!r}") from None
+        raise InvalidArgumentError(f"bound must be a real number >= 0, got {bound!r}") from None
     if not math.isfinite(b) or b < 0:
-        raise InvalidArgument(f"bound (the proposed local-sensitivity bound) must be finite and >= 0, got {bound!r}")
+        raise InvalidArgumentError(f"bound (the proposed local-sensitivity bound) must be finite and >= 0, got {bound!r}")
     return b
 
 
@@ -132,8 +131,8 @@ def propose_bound(oracle, n: int, epsilon: float, delta: float, lower: float, up
     eps = check_epsilon(epsilon)
     d = check_delta(delta)
     lo, hi = check_bounds(lower, upper)
-    n = check_int("n", n, 1)
-    sims = check_int("simulations", simulations, 1)
+    n = check_int(n, "n", min_value=1)
+    sims = check_int(simulations, "simulations", min_value=1)
     eps_test = eps / 2.0
     k_star = math.ceil(ptr_threshold(eps_test, d) + math.log(1.0 / (2.0 * (1.0 - pass_probability))) / eps_test)
     if k_star >= n:

@@ -32,9 +32,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from raydp.errors import InvalidArgument
+from raydp.errors import InvalidArgumentError
+from raydp.validation import check_int
 
-from ._common import check_beta, check_bounds, check_data, check_int, median_rank
+from ._common import check_beta, check_bounds, check_data, median_rank
 
 __all__ = [
     "global_sensitivity_median",
@@ -60,7 +61,7 @@ def global_sensitivity_median(lower: float, upper: float) -> float:
 
 def global_sensitivity_mean(n: int, lower: float, upper: float) -> float:
     """``(U − L)/n``: the global sensitivity of the mean of n records in ``[L, U]``."""
-    n = check_int("n", n, 1)
+    n = check_int(n, "n", min_value=1)
     lo, hi = check_bounds(lower, upper)
     return (hi - lo) / n
 
@@ -106,7 +107,7 @@ def median_a_k(x, k: int, lower: float, upper: float) -> float:
     """
     lo, hi = check_bounds(lower, upper)
     arr = check_data(x, lo, hi)
-    k = check_int("k", k, 0)
+    k = check_int(k, "k", min_value=0)
     n = arr.size
     k = min(k, n)  # A^{(k)} = U − L for every k >= n
     xp = _padded_sorted(arr, lo, hi, n + 1)
@@ -155,11 +156,11 @@ def _check_domain(domain, x: np.ndarray) -> np.ndarray:
     try:
         dom = np.unique(np.asarray(domain, dtype=np.float64))
     except (TypeError, ValueError):
-        raise InvalidArgument(f"domain must be a 1-D array of real numbers, got {type(domain).__name__}") from None
+        raise InvalidArgumentError(f"domain must be a 1-D array of real numbers, got {type(domain).__name__}") from None
     if dom.ndim != 1 or dom.size < 1 or not np.all(np.isfinite(dom)):
-        raise InvalidArgument("domain must be a non-empty 1-D array of finite numbers")
+        raise InvalidArgumentError("domain must be a non-empty 1-D array of finite numbers")
     if not np.all(np.isin(x, dom)):
-        raise InvalidArgument("every record of x must be a value of the domain")
+        raise InvalidArgumentError("every record of x must be a value of the domain")
     return dom
 
 
@@ -197,7 +198,7 @@ def smooth_sensitivity_bruteforce(f: Callable, x, beta: float, domain: Sequence[
     dom = _check_domain(domain, arr)
     n, g = arr.size, dom.size
     if g ** n > _MAX_BRUTE:
-        raise InvalidArgument(f"brute force over {g}^{n} = {g ** n} databases is too large (limit {_MAX_BRUTE})")
+        raise InvalidArgumentError(f"brute force over {g}^{n} = {g ** n} databases is too large (limit {_MAX_BRUTE})")
     dbs = np.array(list(itertools.product(dom, repeat=n)), dtype=np.float64)  # (g^n, n)
     fy = _apply(f, dbs)
     # neighbours of every y: replace position i by value v

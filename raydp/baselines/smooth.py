@@ -44,7 +44,8 @@ import numpy as np
 from scipy import optimize
 
 from raydp import noise
-from raydp.errors import InvalidArgument
+from raydp.errors import InvalidArgumentError
+from raydp.validation import check_int
 
 from ._common import (
     EPS_DELTA_DP,
@@ -54,7 +55,6 @@ from ._common import (
     check_data,
     check_delta,
     check_epsilon,
-    check_int,
     clamp,
     lower_median,
 )
@@ -73,9 +73,9 @@ def _check_exponent(exponent) -> float:
     try:
         g = float(exponent)
     except (TypeError, ValueError):
-        raise InvalidArgument(f"exponent must be a real number >= 2, got {exponent!r}") from None
+        raise InvalidArgumentError(f"exponent must be a real number >= 2, got {exponent!r}") from None
     if not math.isfinite(g) or g < 2.0:
-        raise InvalidArgument(
+        raise InvalidArgumentError(
             f"exponent must be finite and >= 2, got {exponent!r} (the density 1/(1+|z|^γ) with γ < 2 has "
             "heavier tails than the Cauchy proposal this sampler uses)"
         )
@@ -100,7 +100,7 @@ def admissible_noise(size: int, exponent: float = 4.0) -> np.ndarray:
     OpenDP-Laplace-derived exponential variate (see the module docstring, including its
     floating-point caveat). Acceptance rate: 0.586 for γ = 4, 1 for γ = 2.
     """
-    size = check_int("size", size, 1)
+    size = check_int(size, "size", min_value=1)
     g = _check_exponent(exponent)
     log_m = math.log(_envelope(g))
     out: list[float] = []
@@ -149,7 +149,7 @@ def smooth_release(value: float, smooth_sensitivity: Callable[[float], float], e
     alpha, beta = admissible_parameters(eps, d, exponent)
     s = float(smooth_sensitivity(beta))
     if not math.isfinite(s) or s < 0:
-        raise InvalidArgument(f"smooth sensitivity must be finite and >= 0, got {s!r}")
+        raise InvalidArgumentError(f"smooth sensitivity must be finite and >= 0, got {s!r}")
     scale = s / alpha
     if d == 0.0:
         released = float(value) + scale * float(admissible_noise(1, exponent)[0]) if scale > 0 else float(value)

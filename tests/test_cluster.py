@@ -1,5 +1,6 @@
-"""Cluster deployment files: schema checks of cluster/cluster.yaml and cluster/rayjob.yaml, and an
-end-to-end run of cluster/local.sh (a real head + worker node on 127.0.0.1 with token auth).
+"""Cluster deployment files: schema checks of cluster/cluster.yaml and cluster/rayjob.yaml, and
+end-to-end runs of raydp.local_cluster -- from Python and as the command line behind cluster/local.sh
+(a real head + worker node on 127.0.0.1 with token auth).
 
 * cluster.yaml is validated against the cluster-launcher JSON schema that ships inside the
   installed Ray (ray/autoscaler/ray-schema.json) and by Ray's own ``validate_config``.
@@ -14,7 +15,9 @@ end-to-end run of cluster/local.sh (a real head + worker node on 127.0.0.1 with 
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -26,8 +29,8 @@ yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
 ray = pytest.importorskip("ray")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_util import LOCAL_SH, REPO, local_cluster  # noqa: E402
+from cluster_util import LOCAL_SH, REPO, Cluster, local_cluster, venv_path_env, wait_gone
+from raydp.local_cluster import _free_ports, session_pids
 
 CLUSTER_DIR = REPO / "cluster"
 
@@ -155,7 +158,7 @@ def test_rayjob_content(rayjob_docs):
     assert not re.fullmatch(r"[0-9a-f]{64}", secret["stringData"]["auth_token"])
 
 
-# ----------------------------------------------------------------------------- local.sh
+# ----------------------------------------------------------------------------- local cluster
 
 
 def test_local_sh_is_valid_bash():
@@ -167,14 +170,14 @@ def _without_auth(env):
 
 
 @pytest.mark.slow
-def test_local_sh_end_to_end():
+def test_local_cluster_end_to_end():
     t0 = time.monotonic()
     # fast failure detection so that killing a worker node is noticed in ~2 s, not ~15 s
     fast_hc = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3"}
     with local_cluster(workers=1, cpus_per_node=1, extra_env=fast_hc) as c:
         t_up = time.monotonic() - t0
-        sids = c._sids_seen
-        assert len(sids) == 2 and len(c.worker_raylet_pids) == 1
+        pgids = {n.pgid for n in c.nodes_table()}
+        assert len(pgids) == 2 and len(c.worker_raylet_pids) == 1
 
         # two nodes, both on loopback, one CPU each
         nodes = c.alive_nodes()
@@ -183,11 +186,11 @@ def test_local_sh_end_to_end():
         assert sum(n["Resources"].get("CPU", 0) for n in nodes) == 2
         assert {n["NodeID"] for n in nodes} == {r.node_id for r in c.nodes_table()}
 
-        # `local.sh status` runs `ray status` with the token; its autoscaler summary lags a
+        # `status` runs `ray status` with the token; its autoscaler summary lags a
         # few seconds behind node registration
         deadline = time.monotonic() + 30
         while True:
-            out = c.status()
+            out = c.status_text()
             active = out.split("Active:", 1)[-1].split("Pending:", 1)[0]
             if len(re.findall(r"\bnode_[0-9a-f]+", active)) == 2 or time.monotonic() > deadline:
                 break
@@ -231,7 +234,174 @@ def test_local_sh_end_to_end():
         f"/proc/{head_raylet}/cmdline").read_bytes()
     assert not c.state_dir.exists()
     # `down` again is a no-op
-    p = subprocess.run(["bash", str(LOCAL_SH), "down"], env=c.script_env, text=True,
-                       capture_output=True, timeout=60)
+    p = subprocess.run(["bash", str(LOCAL_SH), "down"], env=dict(c.env, RAYDP_CLUSTER_DIR=str(c.state_dir)),
+                       text=True, capture_output=True, timeout=60)
     assert p.returncode == 0 and "nothing to do" in p.stdout
     print(f"\nlocal cluster: up {t_up:.1f}s, submit {t_submit:.1f}s, total {t_total:.1f}s")
+
+
+def _cli(args, env, *, sh=False, timeout=240):
+    """`cluster/local.sh ARGS` (sh=True) or `python -m raydp.local_cluster ARGS`."""
+    cmd = ["bash", str(LOCAL_SH), *args] if sh else [sys.executable, "-m", "raydp.local_cluster", *args]
+    return subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=timeout)
+
+
+def _with_marker(marker):
+    """Live PIDs whose command line contains ``marker``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and marker.encode() in (d / "cmdline").read_bytes():
+                out.append(int(d.name))
+        except OSError:
+            pass
+    return wait_gone(out, timeout=0)
+
+
+@pytest.mark.slow
+def test_command_line_end_to_end(tmp_path):
+    """The command line (`python -m raydp.local_cluster` and its wrapper cluster/local.sh) on its
+    own state dir and ports: usage errors, stale state, a busy port, up, the state files, env,
+    status, token auth through env.sh, every LISTEN socket on 127.0.0.1 (test_faults.py's check),
+    kill-worker, and a down that also stops a running job's driver; down again is a no-op."""
+    from test_faults import test_cluster_listens_on_loopback_only_and_job_api_needs_token as check_locked
+
+    t0 = time.monotonic()
+    state = tmp_path / "state"  # a long path: the Ray temp dir goes to /tmp/raydp-ray-PORT instead
+    gcs, dash, client = _free_ports(3, "127.0.0.1")
+    env = {k: v for k, v in venv_path_env().items()
+           if not k.startswith(("RAY_", "RAYDP_")) or k == "RAY_USAGE_STATS_ENABLED"}
+    env.update(RAYDP_CLUSTER_DIR=str(state), RAYDP_PORT=str(gcs), RAYDP_DASHBOARD_PORT=str(dash),
+               RAYDP_CLIENT_PORT=str(client), RAY_health_check_period_ms="500",
+               RAY_health_check_failure_threshold="3")
+    ray_tmp = Path(f"/tmp/raydp-ray-{gcs}")
+    assert not ray_tmp.exists()
+
+    # usage errors: exit 2, one line; nothing recorded yet
+    for args in ([], ["up", "x"], ["up", "1", "2"], ["kill-worker", "0"], ["frobnicate"]):
+        p = _cli(args, env, sh=args == ["up", "x"])
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert len(p.stderr.strip().splitlines()) <= 1, p.stderr
+    assert "WORKERS must be a non-negative integer, got 'x'" in _cli(["up", "x"], env, sh=True).stderr
+    p = _cli(["env"], env)
+    assert p.returncode == 1 and f"no local cluster recorded in {state}" in p.stderr
+    p = _cli(["status"], env)
+    assert p.returncode == 1 and f"no local cluster recorded in {state}" in p.stdout
+    p = _cli(["down"], env, sh=True)
+    assert p.returncode == 0 and p.stdout.startswith("local.sh: ") and "nothing to do" in p.stdout
+
+    # stale state of a cluster long gone is removed; a busy port is refused with a clear message
+    state.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its PID is recorded as the head's: certainly no live Ray process now
+    (state / "nodes").write_text(f"head {gone.pid} - -\n")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", dash))
+    busy.listen()
+    try:
+        p = _cli(["up", "1"], env, sh=True)
+    finally:
+        busy.close()
+    assert p.returncode == 1, p.stderr
+    assert "removing stale state of a cluster that is no longer running" in p.stderr
+    assert f"port {dash} on 127.0.0.1 is already in use" in p.stderr
+    assert not (state / "nodes").exists()
+
+    marker, ours = f"raydp-e2e-sleeper-{gcs}", []
+    try:
+        t_up = time.monotonic()
+        p = _cli(["up", "1"], env, sh=True)
+        t_up = time.monotonic() - t_up
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "Ray cluster up: 1 head + 1 worker node(s), 1 CPU(s) each, token auth on." in p.stdout
+        assert f"GCS address : 127.0.0.1:{gcs}" in p.stdout and f"http://127.0.0.1:{dash}" in p.stdout
+        assert f"Status / stop:     {LOCAL_SH} status  |  {LOCAL_SH} down" in p.stdout
+        assert "local.sh: up in " in p.stderr and "2 nodes alive" in p.stderr
+
+        # state files and their modes
+        assert (state.stat().st_mode & 0o777) == 0o700
+        assert (state / "token").stat().st_mode & 0o777 == 0o600
+        assert (state / "env.sh").stat().st_mode & 0o777 == 0o600
+        token = (state / "token").read_text().strip()
+        assert re.fullmatch(r"[0-9a-f]{64}", token)
+        nodes = [line.split() for line in (state / "nodes").read_text().splitlines()]
+        assert [n[0] for n in nodes] == ["head", "worker1"] and all(len(n) == 4 and "-" not in n for n in nodes)
+        rec = dict(line.split("=", 1) for line in (state / "cluster.env").read_text().splitlines())
+        assert rec["ADDRESS"] == f"127.0.0.1:{gcs}" and rec["CLIENT_PORT"] == str(client)
+        assert rec["RAY_TEMP_DIR"] == str(ray_tmp) and rec["RAY_TEMP_DIR_OURS"] == "1"
+        assert rec["RAY_SESSION_DIR"].startswith(f"{ray_tmp}/session_") and rec["LOOPBACK"] == "1"
+        assert (state / "logs" / "head.log").exists() and (state / "logs" / "worker1.log").exists()
+
+        # env: the same from both, what env.sh holds
+        env_sh = (state / "env.sh").read_text()
+        for sh in (False, True):
+            p = _cli(["env"], env, sh=sh)
+            assert p.returncode == 0 and p.stdout == env_sh
+        for line in ("export RAY_AUTH_MODE=token", f"export RAY_AUTH_TOKEN='{token}'",
+                     f"export RAY_ADDRESS='127.0.0.1:{gcs}'",
+                     f"export RAY_API_SERVER_ADDRESS='http://127.0.0.1:{dash}'",
+                     "export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"):
+            assert line in env_sh.splitlines()
+
+        # a second `up` while it runs is refused
+        p = _cli(["up", "1"], env)
+        assert p.returncode == 1 and f"a cluster recorded in {state} is still running" in p.stderr
+
+        # status: recorded nodes alive + `ray status` through the token
+        p = _cli(["status"], env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert re.search(r"^  head \d+ \d+ [0-9a-f]+ yes$", p.stdout, re.M), p.stdout
+        assert re.search(r"^  worker1 \d+ \d+ [0-9a-f]+ yes$", p.stdout, re.M), p.stdout
+
+        # token auth through env.sh: a job runs and sees both nodes; without the token: refused
+        shell = f"source {state}/env.sh && "
+        job = subprocess.run(["bash", "-c", shell + "ray job submit -- python -c "
+                              "'import ray; ray.init(); print(\"RES\", ray.cluster_resources())'"],
+                             env=env, text=True, capture_output=True, timeout=180)
+        assert job.returncode == 0 and "succeeded" in job.stdout + job.stderr, job.stdout + job.stderr
+        assert "'CPU': 2.0" in re.search(r"RES (\{.*\})", job.stdout).group(1)
+        p = subprocess.run(["ray", "job", "list", "--address", f"http://127.0.0.1:{dash}"], env=env,
+                           text=True, capture_output=True, timeout=60)
+        assert p.returncode != 0 and "Missing authentication token" in p.stdout + p.stderr
+
+        # every LISTEN socket of its processes is on 127.0.0.1 (+ raw job API needs the token)
+        attached = Cluster.from_env(env=env)
+        check_locked(attached)
+
+        # kill-worker 1: the worker node's processes die at once, the head stays
+        worker_pgid, worker_raylet = int(nodes[1][1]), int(nodes[1][2])
+        p = _cli(["kill-worker", "1"], env, sh=True)
+        assert p.returncode == 0 and "local.sh: killed worker1" in p.stderr
+        assert not session_pids([worker_pgid], descendants=True) and not wait_gone([worker_raylet], 0)
+        p = _cli(["status"], env)
+        assert re.search(r"^  worker1 \d+ \d+ [0-9a-f]+ no$", p.stdout, re.M), p.stdout
+        assert re.search(r"^  head \d+ \d+ [0-9a-f]+ yes$", p.stdout, re.M), p.stdout
+        p = _cli(["kill-worker", "2"], env)
+        assert p.returncode == 1 and "no worker2 recorded" in p.stderr
+
+        # a job still running at `down` (its driver lives in a session of its own): stopped too
+        p = subprocess.run(["bash", "-c", shell + "ray job submit --no-wait -- python -c "
+                            f"'import ray, time; ray.init(); print(\"{marker}\", flush=True); time.sleep(600)'"],
+                           env=env, text=True, capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        deadline = time.monotonic() + 60
+        while not _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        driver = _with_marker(marker)
+        assert driver, "the job's driver did not start"
+        head_pgid = int(nodes[0][1])
+        ours = attached.processes()
+        assert set(driver) <= set(ours) and os.getsid(driver[0]) != head_pgid
+    finally:
+        t_down = time.monotonic()
+        down = _cli(["down"], env, sh=True)
+        t_down = time.monotonic() - t_down
+    assert down.returncode == 0 and "local.sh: cluster in" in down.stdout and "stopped in" in down.stdout
+    assert not wait_gone(ours, timeout=5), "processes of the cluster survived down"
+    assert not _with_marker(marker)
+    assert not ray_tmp.exists()  # the temp dir `up` created is gone, the token stays
+    assert sorted(f.name for f in state.iterdir()) == ["logs", "token"]
+    assert (state / "token").read_text().strip() == token
+    p = _cli(["down"], env)
+    assert p.returncode == 0 and "nothing to do" in p.stdout
+    print(f"\ncommand line: up {t_up:.1f}s, down {t_down:.1f}s, total {time.monotonic() - t0:.1f}s")

@@ -1,6 +1,6 @@
 """Fault injection on real Ray processes (issue 6, parts 1 and 5), and what leaks where.
 
-1. A worker *node* of a 3-node ``cluster/local.sh`` cluster is SIGKILLed (raylet, object store,
+1. A worker *node* of a 3-node ``raydp.local_cluster`` cluster is SIGKILLed (raylet, object store,
    agents, task workers) while a subprocess driver streams a run into a store: Ray reschedules the
    lost tasks on the surviving nodes and the run ends with the clean G sample, each pair once.
 2. A driver with an *embedded* Ray (``backend="ray"``, no address) is SIGKILLed mid-run; its
@@ -16,7 +16,7 @@
 
 Drivers always run in subprocesses (``start_new_session=True``), so this process never holds a
 Ray connection. Other Ray instances on the machine are never touched: processes are only ever
-killed by recorded session ids (cluster/local.sh) or by session id *and* a reference to our
+killed by recorded process groups (raydp.local_cluster) or by session id *and* a reference to our
 private RAY_TMPDIR (command line, environment or an open file).
 """
 
@@ -44,7 +44,6 @@ from raydp.blocks import num_blocks
 from raydp.store import Store
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 import slow_targets  # noqa: E402
 from cluster_util import listening_sockets, live_pids_in_sessions, local_cluster  # noqa: E402
 
@@ -430,7 +429,7 @@ FAST_HC = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_thresh
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Head + 2 worker nodes (1 CPU each) from cluster/local.sh; tests/ on every node's
+    """Head + 2 worker nodes (1 CPU each) from raydp.local_cluster; tests/ on every node's
     PYTHONPATH (task workers import slow_targets); node death noticed in ~2 s."""
     extra = dict(FAST_HC, PYTHONPATH=_base_env()["PYTHONPATH"])
     with local_cluster(workers=2, cpus_per_node=1, extra_env=extra) as c:

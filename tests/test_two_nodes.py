@@ -1,18 +1,13 @@
-"""A real `ray job submit` of the SVM job to a 2-node cluster started by cluster/local.sh
+"""A real `ray job submit` of the SVM job to a 2-node cluster started by raydp.local_cluster
 (token authentication on, everything on 127.0.0.1); its stored G sample must equal a local run's,
 bit for bit."""
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import raydp
 from raydp import oracles, targets
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_util import REPO, local_cluster  # noqa: E402
+from cluster_util import REPO, local_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -269,10 +269,6 @@ class Node:
     raylet_pid: int | None
     node_id: str | None  # Ray node id (hex)
 
-    @property
-    def sid(self) -> int:
-        return self.pgid
-
     def raylet_alive(self) -> bool:
         if self.raylet_pid is None:
             return False
@@ -950,7 +946,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"{tag}: {e}", file=sys.stderr)
         return 2
-    except ClusterError as e:
+    except (ClusterError, OSError) as e:  # OSError: e.g. a state dir we may not write
         print(f"{tag}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

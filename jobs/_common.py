@@ -41,7 +41,7 @@ def add_common_flags(parser: argparse.ArgumentParser, *, out_default: str) -> No
 
 
 def engine_options(args: argparse.Namespace) -> dict:
-    """The ``estimate_sensitivity(**engine_options)`` for the chosen backend."""
+    """The backend options (fields of :class:`raydp.RayBackend`) that go with ``backend=args.backend``."""
     from raydp.errors import InvalidArgument
 
     if args.backend == "local":
@@ -54,7 +54,7 @@ def engine_options(args: argparse.Namespace) -> dict:
     if args.num_cpus is not None:
         if args.num_cpus < 1:
             raise InvalidArgument("--num-cpus must be >= 1")
-        options["ray_init_cpus"] = args.num_cpus  # only used when an embedded Ray is started
+        options["num_cpus"] = args.num_cpus  # RayBackend(num_cpus=): only used when an embedded Ray is started
     return options
 
 

@@ -58,7 +58,7 @@ import numpy as np
 
 import raydp
 from raydp import oracles, targets
-from raydp.blocks import block_rng, default_block_size, num_blocks
+from raydp.engine.blocks import BlockLayout, block_rng, default_block_size
 
 SECTIONS = ("cheap", "svm", "scaling", "overheads")
 
@@ -84,7 +84,7 @@ def serial_block(target, oracle, n: int, seed: int, block_size: int, m: int, b: 
 
 def serial_loop(target, oracle, n: int, m: int, k: int, seed: int, block_size: int) -> float:
     """(a) One pair at a time, as the reference packages do: draw, f(D), f(D′), ‖·‖₁, sort."""
-    gs = [g for b in range(num_blocks(m, block_size)) for g in serial_block(target, oracle, n, seed, block_size, m, b)]
+    gs = [g for b in BlockLayout(m, block_size).blocks() for g in serial_block(target, oracle, n, seed, block_size, m, b)]
     gs.sort()
     return gs[k - 1]
 
@@ -97,7 +97,7 @@ def limit_loop(n: int, m: int, k: int, seed: int, block_size: int) -> float:
     """
     keep = m - k + 1
     top = np.empty(0)
-    for b in range(num_blocks(m, block_size)):
+    for b in BlockLayout(m, block_size).blocks():
         p = min(block_size, m - b * block_size)
         x = block_rng(seed, b).exponential(1.0, size=block_size * (n + 1))[: p * (n + 1)].reshape(p, n + 1)
         d_prime = np.empty((p, n))
@@ -148,7 +148,7 @@ def estimate(n, m, k, seed, backend, block_size=None, target=None, oracle=None, 
 
 
 def start_ray(cores: int) -> float:
-    from raydp.engine.ray_backend import ensure_ray
+    from raydp.engine.ray import ensure_ray
 
     t0 = time.perf_counter()
     ensure_ray(None, cores)
@@ -261,7 +261,7 @@ def section_svm(args, cores: int) -> dict:
     n, dim, m, C = args.svm_n, args.svm_dim, args.svm_m, 3.0
     p = raydp.plan(m=m, gamma=args.svm_gamma)
     bs = default_block_size(n, m)
-    blocks = range(num_blocks(m, bs))
+    blocks = BlockLayout(m, bs).blocks()
     say(args, f"svm: n={n} d={dim} m={m} k={p.k} block {bs}; serial ...")
     t_serial, g_serial = timed(lambda: serial_loop(ColdSVM(C), oracles.svm_two_class(dim), n, m, p.k,
                                                    args.seed, bs))
@@ -314,9 +314,9 @@ from raydp import oracles, targets
 m, backend, uri, cores = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 kw = {}
 if backend == "ray":
-    from raydp.engine.ray_backend import ensure_ray
+    from raydp.engine.ray import ensure_ray
     ensure_ray(None, cores)
-    kw["ray_init_cpus"] = cores
+    kw["num_cpus"] = cores
     raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 10, m=4000, seed=1, backend=backend,
                                progress=False, **kw)  # start the workers before the clock does
 def hwm_mb():  # this process's peak RSS (VmHWM); ru_maxrss would carry the parent's over fork+exec
@@ -367,13 +367,13 @@ import json, sys, time
 t0 = time.perf_counter()
 import raydp
 from raydp import oracles, targets
-from raydp.blocks import PairJob
-from raydp.engine.ray_backend import ensure_ray, run_blocks
+from raydp.engine import PairJob, RayBackend
+from raydp.engine.ray import ensure_ray
 t_import = time.perf_counter() - t0
 ensure_ray(None, int(sys.argv[1]))
 t_init = time.perf_counter() - t0
 job = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), 10, 1000, 0, 100, 1)
-first = next(iter(run_blocks(job, [0])))
+first = next(iter(RayBackend().run(job, [0])))
 t_first = time.perf_counter() - t0
 print(json.dumps(dict(import_s=t_import, ray_init_s=t_init - t_import, first_block_s=t_first - t_init,
                       total_s=t_first)))
@@ -381,9 +381,8 @@ print(json.dumps(dict(import_s=t_import, ray_init_s=t_init - t_import, first_blo
 
 
 def section_overheads(args, cores: int) -> dict:
-    from raydp.blocks import PairJob
-    from raydp.engine import local as local_engine
-    from raydp.engine import ray_backend
+    from raydp.engine import LocalBackend, PairJob, RayBackend
+    from raydp.engine.reduce import Reducer
 
     say(args, "overheads: time to first result (fresh process) ...")
     out = subprocess.run([sys.executable, "-c", _FIRST_RESULT_CHILD, str(cores)], capture_output=True, text=True,
@@ -395,10 +394,9 @@ def section_overheads(args, cores: int) -> dict:
     say(args, "overheads: per-task overhead ...")
     tasks = args.overhead_tasks
     job = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), 10, tasks, 0, 1, 1)
-    list(ray_backend.run_blocks(job, range(min(tasks, 4 * cores)), group_size=1))  # warm workers
-    t_local, _ = timed(lambda: list(local_engine.run_blocks(job, range(tasks))), 3)
-    t_ray, _ = timed(lambda: list(ray_backend.run_blocks(job, range(tasks), group_size=1,
-                                                          max_in_flight=4 * cores)), 3)
+    list(RayBackend(group_size=1).run(job, range(min(tasks, 4 * cores))))  # warm workers
+    t_local, _ = timed(lambda: list(LocalBackend().run(job, range(tasks))), 3)
+    t_ray, _ = timed(lambda: list(RayBackend(group_size=1, max_in_flight=4 * cores).run(job, range(tasks))), 3)
     per_task = (t_ray - t_local) / tasks
 
     say(args, "overheads: reduce time at the largest m ...")
@@ -406,16 +404,20 @@ def section_overheads(args, cores: int) -> dict:
     bs = default_block_size(10, m, batched=True)
     p = raydp.plan(m=m, gamma=0.01)
     big = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), 10, m, 0, bs, 1)
-    results = list(local_engine.run_blocks(big, range(num_blocks(m, bs))))
+    results = list(LocalBackend().run(big, big.layout.blocks()))
     compact = [r.compacted(p.keep) for r in results]
 
+    def reduce(blocks, keep_sample):
+        reducer = Reducer(big.layout, p.keep, keep_sample=keep_sample)
+        for r in blocks:
+            reducer.add(r)
+        return reducer.finish()
+
     def reduce_full():
-        from raydp.sampler import collect
-        return collect(results, p, bs, keep_sample=True)
+        return reduce(results, True)
 
     def reduce_compact():
-        from raydp.sampler import collect
-        return collect(compact, p, bs, keep_sample=False)
+        return reduce(compact, False)
 
     t_red_full, _ = timed(reduce_full, 3)
     t_red_compact, _ = timed(reduce_compact, 3)

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     options = _common.engine_options(a)
     repeats = a.repeats or (FULL_REPEATS if a.full else DEFAULT_REPEATS)
     if a.backend != "local":
-        from raydp.engine.ray_backend import ensure_ray
+        from raydp.engine.ray import ensure_ray
 
         ensure_ray(a.address, a.num_cpus)
     _common.say(a, f"compare_baselines: {len(a.dists)} distributions × n {a.n} × ε {a.eps}, {repeats} repeats; "

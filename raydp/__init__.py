@@ -20,6 +20,7 @@ from .errors import (
     EngineError,
     EstimateMismatchError,
     InvalidArgument,
+    InvalidArgumentError,
     MechanismError,
     OracleError,
     PlanError,
@@ -27,24 +28,22 @@ from .errors import (
     StoreError,
     TargetError,
 )
+from .engine import LocalBackend, RayBackend
+from .estimate import SensitivityEstimate
+from .identity import RunIdentity
 from .ledger import Ledger
 from .mechanisms import Bernstein, Exponential, Gaussian, Laplace
 from .plan import Plan, plan
 from .release import Release, sample_then_respond
-from .sampler import SensitivityEstimate, estimate_sensitivity
+from .sampler import estimate_sensitivity, load_estimate
+from .store import Store
 from . import oracles, targets
-
-
-def load_estimate(uri: str, *, gamma: float | None = None) -> SensitivityEstimate:
-    """Load a stored estimate (see :mod:`raydp.store`); ``gamma`` re-derives Δ̂ for another γ."""
-    from .store import load_estimate as _load
-
-    return _load(uri, gamma=gamma)
 
 
 __all__ = [
     "__version__", "plan", "Plan", "estimate_sensitivity", "SensitivityEstimate", "sample_then_respond",
     "Release", "Laplace", "Gaussian", "Exponential", "Bernstein", "oracles", "targets", "load_estimate",
     "RaydpError", "PlanError", "MechanismError", "OracleError", "TargetError", "EstimateMismatchError",
-    "StoreError", "EngineError", "InvalidArgument", "Ledger", "BudgetError",
+    "StoreError", "EngineError", "InvalidArgument", "InvalidArgumentError", "Ledger", "BudgetError",
+    "LocalBackend", "RayBackend", "Store", "RunIdentity",
 ]

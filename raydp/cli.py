@@ -13,40 +13,40 @@ import math
 import os
 import sys
 
-from .errors import InvalidArgument, RaydpError
+from .errors import InvalidArgumentError, RaydpError
 
 MECHANISMS = ("laplace", "gaussian", "exponential", "bernstein")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
-        raise InvalidArgument(f"{self.prog}: {message}")
+        raise InvalidArgumentError(f"{self.prog}: {message}")
 
 
 def _json_arg(text: str, flag: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{flag} must be a JSON object, e.g. '{{\"rate\": 1.0}}' ({exc.msg})") from None
+        raise InvalidArgumentError(f"{flag} must be a JSON object, e.g. '{{\"rate\": 1.0}}' ({exc.msg})") from None
     except RecursionError:
-        raise InvalidArgument(f"{flag} must be a JSON object; this one nests too deeply") from None
+        raise InvalidArgumentError(f"{flag} must be a JSON object; this one nests too deeply") from None
     if not isinstance(value, dict):
-        raise InvalidArgument(f"{flag} must be a JSON object, got {type(value).__name__}")
+        raise InvalidArgumentError(f"{flag} must be a JSON object, got {type(value).__name__}")
     return value
 
 
 def resolve(spec: str, flag: str):
     """Import ``MOD:ATTR`` (ATTR may be dotted)."""
     if ":" not in spec:
-        raise InvalidArgument(f"{flag} must look like MODULE:ATTRIBUTE (e.g. raydp.targets:mean), got {spec!r}")
+        raise InvalidArgumentError(f"{flag} must look like MODULE:ATTRIBUTE (e.g. raydp.targets:mean), got {spec!r}")
     mod_name, attr = spec.split(":", 1)
     try:
         obj = importlib.import_module(mod_name)
     except Exception as exc:
-        raise InvalidArgument(f"{flag}: cannot import module {mod_name!r} ({type(exc).__name__}: {exc})") from None
+        raise InvalidArgumentError(f"{flag}: cannot import module {mod_name!r} ({type(exc).__name__}: {exc})") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise InvalidArgument(f"{flag}: module {mod_name!r} has no attribute {attr!r}")
+            raise InvalidArgumentError(f"{flag}: module {mod_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
 
@@ -58,16 +58,16 @@ def build(spec: str, args_json: str | None, flag: str, factory_modules: tuple[st
     is_factory = spec.split(":", 1)[0] in factory_modules
     if kwargs is not None or is_factory:
         if not callable(obj):
-            raise InvalidArgument(f"{flag} {spec} is a {type(obj).__name__}, not a callable factory; "
+            raise InvalidArgumentError(f"{flag} {spec} is a {type(obj).__name__}, not a callable factory; "
                                   f"name a function or class (e.g. raydp.targets:mean)")
         try:
             return obj(**(kwargs or {}))
         except RaydpError:
             raise
         except TypeError as exc:
-            raise InvalidArgument(f"{flag}-args do not fit {spec}: {exc}") from None
+            raise InvalidArgumentError(f"{flag}-args do not fit {spec}: {exc}") from None
         except Exception as exc:  # a user factory's own error: still one line
-            raise InvalidArgument(f"{flag}: {spec}(**{flag}-args) raised {type(exc).__name__}: {exc}") from None
+            raise InvalidArgumentError(f"{flag}: {spec}(**{flag}-args) raised {type(exc).__name__}: {exc}") from None
     return obj
 
 
@@ -79,7 +79,7 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
         kwargs["epsilon"] = epsilon
     if delta is not None:
         if name != "gaussian":
-            raise InvalidArgument(f"--delta applies to the gaussian mechanism only; {name} is pure ε-DP (delta = 0)")
+            raise InvalidArgumentError(f"--delta applies to the gaussian mechanism only; {name} is pure ε-DP (delta = 0)")
         kwargs["delta"] = delta
     kwargs.setdefault("epsilon", 1.0)  # ε does not change how G is measured
     if name == "gaussian":
@@ -90,7 +90,7 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
     try:
         return cls(**kwargs)
     except TypeError as exc:
-        raise InvalidArgument(f"--mechanism-args do not fit the {name} mechanism: {exc}") from None
+        raise InvalidArgumentError(f"--mechanism-args do not fit the {name} mechanism: {exc}") from None
 
 
 def _plan_kwargs(a) -> dict:
@@ -146,30 +146,31 @@ def cmd_estimate(a) -> int:
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     oracle = build(a.oracle, a.oracle_args, "--oracle", ("raydp.oracles",))
     mech = build_mechanism(a.mechanism, a.mechanism_args)
-    options = {}
+    options = {}  # fields of the chosen backend (RayBackend's address, task_timeout)
     if a.address:
         options["address"] = a.address
     if a.task_timeout is not None:
         options["task_timeout"] = a.task_timeout
     est = estimate_sensitivity(
         target, oracle, a.n, mechanism=mech, seed=a.seed, block_size=a.block_size, backend=a.backend,
-        strict=a.strict, pair_timeout=a.pair_timeout, progress=not a.quiet, store=a.out, resume=a.resume, **_plan_kwargs(a), **options,
+        strict=a.strict, pair_timeout=a.pair_timeout, progress=not a.quiet, store=a.store, resume=a.resume,
+        **_plan_kwargs(a), **options,
     )
-    print_estimate(est, as_json=a.json, uri=a.out)
+    print_estimate(est, as_json=a.json, uri=a.store)
     return 0
 
 
 def cmd_show(a) -> int:
-    from .store import load_estimate
+    from .sampler import load_estimate
 
-    est = load_estimate(a.uri, gamma=a.gamma)
+    est = load_estimate(a.store, gamma=a.gamma)
     if a.plot:  # before printing anything: a plot that cannot be written is the whole error
         from .plots import plot_cdf
 
         try:
             plot_cdf(est, a.plot)
         except OSError as exc:
-            raise InvalidArgument(f"--plot: cannot write {a.plot!r} ({exc.strerror or exc})") from None
+            raise InvalidArgumentError(f"--plot: cannot write {a.plot!r} ({exc.strerror or exc})") from None
     print_estimate(est, as_json=a.json)
     if a.plot and not a.json:
         print(f"plot         {a.plot}")
@@ -188,25 +189,26 @@ def _read_data(path: str):
 
 def cmd_release(a) -> int:
     from .release import sample_then_respond
-    from .store import load_estimate
+    from .sampler import load_estimate
 
     ledger = None
     if a.ledger is not None:
         from .ledger import Ledger
 
-        ledger = Ledger(a.ledger, epsilon_total=a.budget_epsilon, delta_total=a.budget_delta)
-    elif a.budget_epsilon is not None or a.budget_delta is not None or a.label is not None:
-        raise InvalidArgument("--budget-epsilon, --budget-delta and --label need --ledger PATH")
-    est = load_estimate(a.estimate)
+        ledger = Ledger(a.ledger, epsilon_total=a.epsilon_total, delta_total=a.delta_total)
+    elif a.epsilon_total is not None or a.delta_total is not None or a.label is not None:
+        raise InvalidArgumentError("--epsilon-total, --delta-total (--budget-epsilon, --budget-delta) and --label "
+                                   "need --ledger PATH")
+    est = load_estimate(a.store)
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
     try:
         data = _read_data(a.data)
     except FileNotFoundError:
-        raise InvalidArgument(f"--data: no such file {a.data!r}") from None
+        raise InvalidArgumentError(f"--data: no such file {a.data!r}") from None
     except (OSError, ValueError, EOFError) as exc:  # a directory, unreadable, not a .npy array
         why = exc if isinstance(exc, (OSError, RaydpError)) else type(exc).__name__  # numpy's text may quote data
-        raise InvalidArgument(f"--data: cannot read {a.data!r} as .npy, .parquet or .csv ({why})") from None
+        raise InvalidArgumentError(f"--data: cannot read {a.data!r} as .npy, .parquet or .csv ({why})") from None
     r = sample_then_respond(data, target, mech, estimate=est, ledger=ledger, ledger_label=a.label)
     value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
     out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
@@ -274,8 +276,9 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--block-size", type=int)
     e.add_argument("--backend", choices=("local", "ray", "auto"), default="local")
     e.add_argument("--address", help="Ray cluster address (ray backend)")
-    e.add_argument("--out", help="store URI: local path or pyarrow filesystem URI (s3://...)")
-    e.add_argument("--resume", action="store_true", help="continue the run stored at --out")
+    e.add_argument("--store", "--out", dest="store",
+                   help="store URI: local path or pyarrow filesystem URI (s3://...) (--out is the old name)")
+    e.add_argument("--resume", action="store_true", help="continue the run stored at --store")
     e.add_argument("--strict", action="store_true", help="stop on the first failing pair")
     e.add_argument("--pair-timeout", type=float, metavar="SECONDS",
                    help="a pair whose evaluation takes longer counts as a failure (G = +inf)")
@@ -286,14 +289,15 @@ def make_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_estimate)
 
     s = sub.add_parser("show", help="summarise a stored estimate (and plot the CDF of G)")
-    s.add_argument("uri")
+    s.add_argument("store", help="store URI written by raydp estimate --store")
     s.add_argument("--gamma", type=float, help="re-derive Δ̂ for this gamma from the stored sample")
     s.add_argument("--plot", help="write the empirical CDF of G to this PNG")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_show)
 
     r = sub.add_parser("release", help="apply a stored estimate to a private data file")
-    r.add_argument("--estimate", required=True, help="store URI written by raydp estimate --out")
+    r.add_argument("--store", "--estimate", dest="store", required=True,
+                   help="store URI written by raydp estimate --store (--estimate is the old name)")
     r.add_argument("--data", required=True, help="private data: .parquet, .csv or .npy")
     r.add_argument("--target", required=True)
     r.add_argument("--target-args")
@@ -302,8 +306,10 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--epsilon", type=float, required=True)
     r.add_argument("--delta", type=float)
     r.add_argument("--ledger", help="privacy budget ledger (JSON file): charge this release, refuse it if over budget")
-    r.add_argument("--budget-epsilon", type=float, help="total ε of the ledger (fixed when it is created)")
-    r.add_argument("--budget-delta", type=float, help="total δ of the ledger (default 0 when it is created)")
+    r.add_argument("--epsilon-total", "--budget-epsilon", dest="epsilon_total", type=float,
+                   help="total ε of the ledger (fixed when it is created; Ledger(epsilon_total=))")
+    r.add_argument("--delta-total", "--budget-delta", dest="delta_total", type=float,
+                   help="total δ of the ledger (default 0 when it is created; Ledger(delta_total=))")
     r.add_argument("--label", help="a note stored with the ledger entry (never private data)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_release)

@@ -78,7 +78,6 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -90,6 +89,7 @@ from numbers import Real
 from urllib.parse import unquote, urlparse
 
 from .errors import BudgetError, InvalidArgument
+from .identity import estimate_fingerprint, sample_fingerprint
 
 log = logging.getLogger("raydp.ledger")
 
@@ -97,28 +97,6 @@ KIND = "raydp-privacy-ledger"
 FORMAT = 1
 COUNTED = ("reserved", "released", "failed")
 STATUSES = COUNTED + ("cancelled",)
-# Provenance fields of the plan that only choose the order statistic: estimates that differ only in
-# these come from the same G sample (store re-derivations for another γ).
-_ORDER_STATISTIC_FIELDS = ("k", "gamma", "rho", "mode")
-
-
-def _canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str).encode()
-
-
-def estimate_fingerprint(provenance: dict, sensitivity: float) -> str:
-    """SHA-256 of an estimate's provenance and Δ̂: names the exact Δ̂ a release used."""
-    return hashlib.sha256(_canonical({"provenance": provenance, "sensitivity": repr(float(sensitivity))})).hexdigest()
-
-
-def sample_fingerprint(provenance: dict) -> str:
-    """SHA-256 of the provenance without the order-statistic choice: names the G sample."""
-    prov = dict(provenance)
-    plan = dict(prov.get("plan") or {})
-    for key in _ORDER_STATISTIC_FIELDS:
-        plan.pop(key, None)
-    prov["plan"] = plan
-    return hashlib.sha256(_canonical(prov)).hexdigest()
 
 
 def _exact(x: float) -> Fraction:
@@ -240,7 +218,7 @@ class Ledger:
         if eps is None and not os.path.exists(self.path):
             what = "delta_total alone cannot create one; " if dlt is not None else ""
             raise BudgetError(f"no ledger at {self.path!r}; {what}a ledger is created by giving its totals "
-                              "(epsilon_total=, or --budget-epsilon on raydp release)")
+                              "(epsilon_total=, or --epsilon-total on raydp release)")
         if os.path.exists(self.path):
             doc = self._read()  # writes are atomic replaces: reading needs no lock (nor write access)
         else:

@@ -20,21 +20,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import EstimateMismatchError, InvalidArgument, MechanismError, TargetError
+from .errors import EstimateMismatchError, InvalidArgumentError, MechanismError, TargetError
+from .estimate import SensitivityEstimate
 from .identity import describe, measurement
-from .sampler import SensitivityEstimate, estimate_sensitivity
+from .sampler import estimate_sensitivity
 from .targets import as_target
+
 
 @dataclass(frozen=True)
 class Release:
-    """A private response and the privacy it was released under."""
+    """A private response and the privacy it was released under.
+
+    ``mechanism`` is the mechanism's identity (``{"name": ..., "params": {...}}``), the same kind as
+    ``SensitivityEstimate.mechanism``; ``estimate`` the provenance of the Δ̂ that was used.
+    """
 
     value: object
     epsilon: float
     delta: float
     gamma: float
     sensitivity: float
-    mechanism: str
+    mechanism: dict
     estimate: dict = field(default_factory=dict, repr=False)
     # With a ledger: {"path", "entry" (its id), "composed": the ledger's (Σε, Σδ, γ) after this release}.
     ledger: dict | None = field(default=None, repr=False)
@@ -43,7 +49,7 @@ class Release:
         notion = "ε" if self.delta == 0 else "(ε, δ)"
         return (f"({self.epsilon:g}, {self.delta:g}, {self.gamma:g})-random differential privacy: "
                 f"{notion}-DP for all but a γ={self.gamma:g} fraction of neighbouring databases drawn "
-                f"from the oracle; {self.mechanism} mechanism with sensitivity {self.sensitivity:.6g}")
+                f"from the oracle; {self.mechanism['name']} mechanism with sensitivity {self.sensitivity:.6g}")
 
 
 def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int) -> None:
@@ -96,30 +102,30 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
 
         ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)  # fail before any sampling
     elif ledger_label is not None:
-        raise InvalidArgument("ledger_label= needs ledger=")
+        raise InvalidArgumentError("ledger_label= needs ledger=")
     try:
         data = np.asarray(data)
     except (TypeError, ValueError) as exc:  # ragged nested lists; numpy's message could quote the data
-        raise InvalidArgument(f"data must be an array with records along the first axis ({type(exc).__name__}: "
+        raise InvalidArgumentError(f"data must be an array with records along the first axis ({type(exc).__name__}: "
                               "rows of unequal length?)") from None
     if data.ndim < 1 or data.shape[0] < 1:
-        raise InvalidArgument(f"data must be an array with records along the first axis, got shape {data.shape}")
+        raise InvalidArgumentError(f"data must be an array with records along the first axis, got shape {data.shape}")
     n = int(data.shape[0])
     target = as_target(target)
     for attr in ("embed", "release", "privacy", "norm"):
         if not hasattr(mechanism, attr):
-            raise InvalidArgument(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
+            raise InvalidArgumentError(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
     if estimate is not None and not isinstance(estimate, SensitivityEstimate):
-        raise InvalidArgument("estimate must be a SensitivityEstimate (from estimate_sensitivity or load_estimate), "
+        raise InvalidArgumentError("estimate must be a SensitivityEstimate (from estimate_sensitivity or load_estimate), "
                               f"got {type(estimate).__name__}")
     if estimate is None:
         if oracle is None:
-            raise InvalidArgument("give either estimate= (a precomputed Δ̂) or oracle= and a plan to sample one")
+            raise InvalidArgumentError("give either estimate= (a precomputed Δ̂) or oracle= and a plan to sample one")
         sampler_options.setdefault("progress", False)
         estimate = estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=gamma, m=m, k=k,
                                         seed=seed, **sampler_options)
     elif any(v is not None for v in (oracle, gamma, m, k, seed)):
-        raise InvalidArgument("estimate= was given: do not also give oracle, gamma, m, k or seed")
+        raise InvalidArgumentError("estimate= was given: do not also give oracle, gamma, m, k or seed")
     check_estimate_fits(estimate, target, mechanism, n)
     # Neither the target's nor the mechanism's error message is repeated: computed on the private
     # data, it may quote records or the exact (unnoised) answer.
@@ -147,5 +153,5 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
             released = _respond(mechanism, value, estimate.sensitivity)
         entry = {"path": ledger.path, "entry": charge.id, "composed": charge.guarantee.to_dict()}
     return Release(value=released, epsilon=float(eps), delta=float(delta), gamma=estimate.gamma,
-                   sensitivity=estimate.sensitivity, mechanism=mechanism.name, estimate=estimate.provenance(),
+                   sensitivity=estimate.sensitivity, mechanism=describe(mechanism), estimate=estimate.provenance(),
                    ledger=entry)

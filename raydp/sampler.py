@@ -1,4 +1,10 @@
-"""SensitivitySampler (Algorithm 1) and the estimate it returns.
+"""SensitivitySampler (Algorithm 1): the one orchestrator over an engine, a store and a reducer.
+
+:func:`estimate_sensitivity` validates the request, probes the target once, fixes the run identity,
+then streams blocks: those a store already holds are read from it, the rest are run by the engine
+(in process or on Ray) and written to the store as they finish; every block goes through one
+reducer, which reads off Δ̂ = G_(k). :func:`load_estimate` is the same reduction over a store alone.
+Nothing below this module calls back into it.
 
 >>> import raydp
 >>> from raydp import oracles, targets
@@ -10,104 +16,28 @@
 
 from __future__ import annotations
 
-import inspect
-import numbers
+import logging
 import time
-from dataclasses import dataclass, field, replace
-from typing import Iterable
 
 import numpy as np
 
-from ._version import __version__
-from .blocks import BlockResult, PairJob, check_timeout, default_block_size, num_blocks, probe_output_dim
-from .errors import EngineError, InvalidArgument, PlanError
-from .identity import describe
+from .engine.backends import as_backend
+from .engine.blocks import BlockLayout, PairJob, check_timeout, default_block_size, probe_output_dim
+from .engine.progress import Progress
+from .engine.reduce import Reducer
+from .errors import InvalidArgumentError, StoreError
+from .estimate import SensitivityEstimate
+from .identity import RunIdentity, describe
 from .plan import Plan, plan as make_plan
-from .reduce import TopK, kth_smallest
+from .store import Store
+from .validation import check_bool, check_int
 
-BACKENDS = ("local", "ray", "auto")
+log = logging.getLogger("raydp.sampler")
 
+# Store options that may ride along with a store URI (``store="path", flush_rows=...``).
+STORE_OPTIONS = ("flush_rows", "flush_seconds")
 
-@dataclass(frozen=True)
-class SensitivityEstimate:
-    """Δ̂ and everything needed to trust and reuse it (plan and provenance).
-
-    ``sensitivity`` is G_(k); ``top`` the m − k + 1 largest G (descending); ``sample`` the whole G
-    sample in pair order when it was kept. ``failures`` counts pairs whose target failed (each
-    counted as G = +∞).
-    """
-
-    sensitivity: float
-    plan: Plan
-    n: int
-    seed: int
-    block_size: int
-    failures: int
-    mechanism: dict
-    norm: str
-    target: dict
-    oracle: dict
-    output_dim: int
-    version: str = __version__
-    top: np.ndarray = field(default=None, repr=False, compare=False)
-    sample: np.ndarray | None = field(default=None, repr=False, compare=False)
-    failure_kinds: dict = field(default_factory=dict, compare=False)
-    seconds: float = field(default=0.0, compare=False)
-
-    @property
-    def gamma(self) -> float:
-        return self.plan.gamma
-
-    def provenance(self) -> dict:
-        """The run identity: what Δ̂ was computed for (not the result)."""
-        return {
-            "plan": self.plan.to_dict(),
-            "n": self.n,
-            "seed": str(self.seed),
-            "block_size": self.block_size,
-            "mechanism": self.mechanism,
-            "norm": self.norm,
-            "target": self.target,
-            "oracle": self.oracle,
-            "output_dim": self.output_dim,
-            "version": self.version,
-        }
-
-    def to_dict(self) -> dict:
-        d = self.provenance()
-        d.update(sensitivity=self.sensitivity, failures=self.failures, failure_kinds=dict(self.failure_kinds))
-        return d
-
-    def for_gamma(self, gamma: float) -> "SensitivityEstimate":
-        """Re-derive Δ̂ for another γ from the same m pairs (Table 1, mode k) without sampling.
-
-        Theorem 15 holds for the new (m, k, γ) because the G sample is the same iid sample; only
-        the order statistic changes. Needs the full sample unless the new k is at least the old k.
-        """
-        new = make_plan(m=self.plan.m, gamma=gamma)
-        if new.k >= self.plan.k and self.top is not None:
-            top_sorted = np.sort(self.top)[::-1]
-            value = float(top_sorted[self.plan.m - new.k])
-        elif self.sample is not None:
-            value = kth_smallest(self.sample, new.k)
-        else:
-            raise PlanError(
-                f"gamma={gamma} needs k={new.k} < {self.plan.k}: the full G sample is required "
-                "(run with keep_sample=True or a store)"
-            )
-        keep = new.m - new.k + 1
-        top = None
-        if self.sample is not None:
-            top = np.sort(self.sample)[::-1][:keep]
-        elif self.top is not None:
-            top = np.sort(self.top)[::-1][:keep]
-        return replace(self, sensitivity=value, plan=new, top=top)
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise InvalidArgument(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+__all__ = ["estimate_sensitivity", "load_estimate", "SensitivityEstimate", "resolve_seed"]
 
 
 def _default_mechanism():
@@ -120,9 +50,19 @@ def _default_mechanism():
 def resolve_seed(seed) -> int:
     if seed is None:
         return int(np.random.SeedSequence().entropy)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise InvalidArgument(f"seed must be a non-negative integer or None, got {seed!r}")
-    return int(seed)
+    return check_int(seed, "seed", min_value=0, expected="a non-negative integer or None")
+
+
+def _open_store(store, options: dict) -> Store | None:
+    """The store object for ``store`` (a URI or a :class:`Store`), with any store options given beside it."""
+    if store is None:
+        return None
+    if isinstance(store, Store):
+        if options:
+            raise InvalidArgumentError(f"option(s) {', '.join(sorted(options))} given next to a Store object; "
+                                       "set them on the object (Store(uri, ...)) instead")
+        return store
+    return Store(store, **options)
 
 
 def estimate_sensitivity(
@@ -136,146 +76,123 @@ def estimate_sensitivity(
     k=None,
     seed=None,
     block_size=None,
-    backend: str = "local",
-    strict: bool = False,
-    progress: bool = True,
-    keep_sample: bool = False,
+    backend="local",
     store=None,
     resume: bool = False,
+    strict: bool = False,
+    keep_sample: bool = False,
+    progress: bool = True,
     pair_timeout: float | None = None,
-    **engine_options,
+    **options,
 ) -> SensitivityEstimate:
     """SensitivitySampler(n, f, m, k, P): Δ̂ = G_(k) over m neighbouring pairs drawn from ``oracle``.
 
     ``mechanism`` fixes the norm G is measured in (default: Laplace, ℓ1). The plan comes from any
     admissible combination of ``gamma``, ``m``, ``k`` (see :func:`raydp.plan`). ``seed`` and
-    ``block_size`` fix every random draw (see :mod:`raydp.blocks`); ``seed=None`` draws a fresh
-    seed and records it. ``backend`` is ``"local"`` (in process), ``"ray"`` or ``"auto"``.
-    ``keep_sample=True`` keeps all m G values (needed to re-derive Δ̂ for a smaller γ).
-    ``store`` (a path or URI) streams the sample to a resumable Parquet store.
-    ``pair_timeout`` (seconds) turns a pair whose evaluation overruns it into a counted failure
-    (G = +∞); with the Ray backend ``task_timeout=`` does the same for a whole task, killing its
-    worker (for targets stuck in C code). See :mod:`raydp.blocks`.
+    ``block_size`` fix every random draw (see :mod:`raydp.engine.blocks`); ``seed=None`` draws a
+    fresh seed and records it.
+
+    ``backend`` is a backend object (:class:`~raydp.engine.LocalBackend`,
+    :class:`~raydp.engine.RayBackend`) or a shortcut string, ``"local"``, ``"ray"`` or ``"auto"``;
+    with a string, ``options`` are that backend's fields (``backend="ray", address=..., task_timeout=...``).
+
+    ``store`` (a path, a URI or a :class:`~raydp.store.Store`) streams the whole G sample to a
+    resumable Parquet store (with a URI, ``flush_rows=``/``flush_seconds=`` are the store's options);
+    ``resume=True`` continues or extends the run it holds. ``keep_sample=True`` keeps all m G values
+    (needed to re-derive Δ̂ for a smaller γ). ``pair_timeout`` (seconds) turns a pair whose
+    evaluation overruns it into a counted failure (G = +∞); ``strict=True`` stops at the first
+    failing pair instead.
     """
     from .oracles import as_oracle
     from .targets import as_target
 
     target = as_target(target)
     oracle = as_oracle(oracle)
-    n = _check_int("n", n, 1)
+    n = check_int(n, "n", min_value=1)
     p = make_plan(gamma=gamma, m=m, k=k)
     mechanism = _default_mechanism() if mechanism is None else mechanism
     for attr in ("embed", "distance", "norm"):
         if not hasattr(mechanism, attr):
-            raise InvalidArgument(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
+            raise InvalidArgumentError(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
     seed = resolve_seed(seed)
     for flag, value in (("strict", strict), ("progress", progress), ("keep_sample", keep_sample), ("resume", resume)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise InvalidArgument(f"{flag} must be True or False, got {value!r}")
-    if block_size is None and store is not None and resume:
-        from .store import stored_block_size
-
-        block_size = stored_block_size(store)  # resuming/extending keeps the stored run's blocks
+        check_bool(value, flag)
+    store_options = {key: options.pop(key) for key in STORE_OPTIONS if key in options and store is not None}
+    st = _open_store(store, store_options)
+    if block_size is None and st is not None and resume:
+        block_size = st.stored_block_size()  # resuming/extending keeps the stored run's blocks
     if block_size is None:
         bs = default_block_size(n, p.m, batched=callable(getattr(target, "batch", None)))
     else:
-        bs = _check_int("block_size", block_size, 1)
-    if backend not in BACKENDS:
-        raise InvalidArgument(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-    if store is None and resume:
-        raise InvalidArgument("resume=True needs a store")
+        bs = check_int(block_size, "block_size", min_value=1)
+    engine = as_backend(backend, options)
+    if st is None and resume:
+        raise InvalidArgumentError("resume=True needs a store")
     if bs * (n + 1) > 2**63 - 1:  # records drawn per block: numpy's largest array
-        raise InvalidArgument(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, block_size={bs}")
-    from .engine import local, ray_backend  # neither imports ray at module level
-
-    engine_run = (local if backend == "local" else ray_backend).run_blocks
-    allowed = {name for name, prm in inspect.signature(engine_run).parameters.items()
-               if prm.kind is prm.KEYWORD_ONLY and name != "backend"}
-    allowed |= {"flush_rows", "flush_seconds"} if store is not None else set()
-    unknown = sorted(set(engine_options) - allowed)
-    if unknown:
-        raise InvalidArgument(f"unknown option(s) {', '.join(unknown)} for the {backend} backend"
-                              f"{' with a store' if store is not None else ''}; allowed: {', '.join(sorted(allowed))}")
+        raise InvalidArgumentError(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, block_size={bs}")
     pair_timeout = check_timeout("pair_timeout", pair_timeout)
     out_dim = probe_output_dim(target, oracle, mechanism, n, seed, timeout=pair_timeout)
-    job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=p.m, seed=seed,
-                  block_size=bs, out_dim=out_dim, strict=bool(strict),
-                  pair_timeout=pair_timeout)
-    identity = dict(
-        n=n, seed=seed, block_size=bs, mechanism=describe(mechanism), norm=str(mechanism.norm),
-        target=describe(target), oracle=describe(oracle), output_dim=out_dim,
-    )
+    identity = RunIdentity(n=n, seed=seed, block_size=bs, mechanism=describe(mechanism), norm=str(mechanism.norm),
+                           target=describe(target), oracle=describe(oracle), output_dim=out_dim)
+    job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=p.m, seed=seed, block_size=bs,
+                  out_dim=out_dim, strict=bool(strict), pair_timeout=pair_timeout)
     t0 = time.perf_counter()
-    if store is not None:
-        from .store import run_with_store
-
-        return run_with_store(job, p, identity, store, resume=resume, backend=backend,
-                              progress=progress, keep_sample=keep_sample, **engine_options)
-
-    blocks = range(num_blocks(p.m, bs))
-    if not keep_sample:
-        engine_options.setdefault("compact", p.keep)
-    results = run_engine(job, blocks, backend=backend, progress=progress, **engine_options)
-    top, failures, kinds, sample = collect(results, p, bs, keep_sample=keep_sample)
-    return SensitivityEstimate(
-        sensitivity=top.order_statistic(), plan=p, top=top.sorted_desc(), failures=failures,
-        failure_kinds=kinds, sample=sample, seconds=time.perf_counter() - t0, **identity,
-    )
-
-
-def run_engine(job: PairJob, blocks: Iterable[int], *, backend: str, progress: bool, **options):
-    """Yield a BlockResult for every block, from the chosen backend."""
-    from .progress import Progress
-
-    blocks = list(blocks)
-    pairs = sum(min(job.block_size, job.m - b * job.block_size) for b in blocks)
-    bar = Progress(total=pairs, enabled=progress)
-    if backend == "local":
-        from .engine.local import run_blocks
-    else:
-        from .engine.ray_backend import run_blocks
-
-        options["backend"] = backend
+    reducer = Reducer(job.layout, p.keep, keep_sample=keep_sample)
+    sink = None
+    if st is not None:
+        st.begin(identity, p, resume=resume)
+        stored = 0
+        for result in st.blocks(job.layout):
+            reducer.add(result)
+            stored += 1
+        sink = st.writer()
+    todo = reducer.missing()
+    if st is not None and stored:
+        log.info("resuming %s: %d blocks stored, %d to run", st.uri, stored, len(todo))
+    # Blocks that only feed Δ̂ are cut to their m − k + 1 largest G where they are computed; a store
+    # or the full sample needs every value.
+    compact = None if (keep_sample or st is not None) else p.keep
+    bar = Progress(total=job.layout.pairs_in(todo), enabled=progress)
     try:
-        for result in run_blocks(job, blocks, **options):
+        for result in engine.run(job, todo, compact=compact):
+            if sink is not None:
+                sink.write(result)
+            reducer.add(result)
             bar.update(result.pairs)
-            yield result
+        if sink is not None:
+            sink.flush()
     finally:
         bar.close()
+    reducer.finish()
+    sensitivity = reducer.order_statistic()
+    if st is not None:
+        st.finish({"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf", "failures": reducer.failures,
+                   "failure_kinds": reducer.failure_kinds, "plan": p.to_dict()})
+    return _estimate(identity, p, reducer, sensitivity, seconds=time.perf_counter() - t0)
 
 
-def collect(results: Iterable[BlockResult], p: Plan, block_size: int, *, keep_sample: bool,
-            expected_blocks: Iterable[int] | None = None, top: TopK | None = None,
-            failures: int = 0, kinds: dict | None = None, sample: np.ndarray | None = None):
-    """Reduce block results: order statistic, failure counts, and (optionally) the full sample.
+def _estimate(identity: RunIdentity, p: Plan, reducer: Reducer, sensitivity: float, *,
+              seconds: float) -> SensitivityEstimate:
+    """The one place an estimate is made from a finished reduction."""
+    return SensitivityEstimate(sensitivity=sensitivity, plan=p, identity=identity, failures=reducer.failures,
+                               failure_kinds=reducer.failure_kinds, top=reducer.top.sorted_desc(),
+                               sample=reducer.sample, seconds=seconds)
 
-    Refuses to return unless every expected block arrived exactly once — a smaller m would void
-    Theorem 15.
+
+def load_estimate(store, *, gamma: float | None = None) -> SensitivityEstimate:
+    """The estimate held in a store (with its full G sample); ``gamma`` re-derives Δ̂ for another γ (mode k).
+
+    ``store`` is a path, a URI or a :class:`~raydp.store.Store`. The store must hold a complete run.
     """
-    top = TopK(p.keep) if top is None else top
-    kinds = dict(kinds or {})
-    expected = set(range(num_blocks(p.m, block_size))) if expected_blocks is None else set(expected_blocks)
-    if keep_sample and sample is None:
-        sample = np.full(p.m, np.nan)
-    seen: set[int] = set()
-    for r in results:
-        if r.index in seen:
-            raise EngineError(f"block {r.index} was delivered twice; refusing to count its pairs twice")
-        if r.index not in expected:
-            raise EngineError(f"block {r.index} was not requested")
-        seen.add(r.index)
-        top.add(r.g, count=r.pairs)
-        failures += r.failures
-        for kk, v in r.failure_kinds.items():
-            kinds[kk] = kinds.get(kk, 0) + v
-        if keep_sample:
-            if not r.complete:
-                raise EngineError(f"block {r.index} arrived compacted but the full sample was asked for")
-            sample[r.start : r.start + r.g.size] = r.g
-    missing = expected - seen
-    if missing:
-        raise EngineError(f"{len(missing)} block(s) never finished (e.g. block {min(missing)}); "
-                          "no estimate is returned from fewer than m pairs")
-    if top.count != p.m:
-        raise EngineError(f"{top.count} pairs evaluated, plan needs m={p.m}")
-    return top, failures, kinds, sample
+    st = Store.open(store)
+    identity, p = st.load()
+    reducer = Reducer(BlockLayout(p.m, identity.block_size), p.keep, keep_sample=True)
+    for result in st.blocks(reducer.layout, quarantine=False):
+        reducer.add(result)
+    if reducer.missing():
+        raise StoreError(f"store {st.uri!r} is incomplete: {len(reducer.seen)} of {reducer.layout.count} blocks "
+                         "verified; finish it with resume=True (raydp estimate ... --store URI --resume)")
+    reducer.finish()
+    est = _estimate(identity, p, reducer, reducer.order_statistic(), seconds=0.0)
+    return est.for_gamma(gamma) if gamma is not None else est
+

@@ -10,6 +10,9 @@ Layout under a store URI (a local path or any pyarrow filesystem URI such as
     quarantine/                shards that failed verification (kept for inspection, never read)
     result.json                summary written when the run completes
 
+A :class:`Store` is a sink and a source of block results and never runs anything itself: the
+sampler (:mod:`raydp.sampler`) reads the blocks it holds, runs the missing ones and writes them back.
+
 Shards are written to a temporary name and moved into place, so a crash leaves either a whole
 shard or none on a local disk. On any filesystem a torn or corrupted shard fails the Parquet read
 or the SHA-256 check: it is quarantined and its blocks are recomputed on resume — never read as
@@ -22,11 +25,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -34,11 +37,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ._version import __version__
-from .blocks import BlockResult, PairJob, num_blocks
+from .engine.blocks import BlockLayout, BlockResult
 from .errors import StoreError
-from .identity import measurement
+from .identity import RunIdentity
 from .plan import Plan
-from .reduce import TopK, kth_smallest
+from .validation import check_int, check_real
 
 log = logging.getLogger("raydp.store")
 
@@ -62,30 +65,44 @@ def open_fs(uri: str) -> tuple[pafs.FileSystem, str]:
     return fs, path.rstrip("/")
 
 
-def run_identity(identity: dict) -> dict:
-    """The fields of a run that fix every G value (JSON-able, comparable)."""
-    return {
-        "n": identity["n"],
-        "seed": str(identity["seed"]),
-        "block_size": identity["block_size"],
-        "measure": measurement(identity["mechanism"]),
-        "norm": identity["norm"],
-        "target": identity["target"],
-        "oracle": identity["oracle"],
-        "output_dim": identity["output_dim"],
-    }
+class ShardWriter:
+    """A sink of block results: buffers them and writes a shard every ``flush_rows`` rows or ``flush_seconds``."""
+
+    def __init__(self, store: "Store"):
+        self.store = store
+        self._buf: list[BlockResult] = []
+        self._rows = 0
+        self._last = time.monotonic()
+
+    def write(self, result: BlockResult) -> None:
+        self._buf.append(result)
+        self._rows += result.g.size
+        if self._rows >= self.store.flush_rows or time.monotonic() - self._last >= self.store.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            self.store.write_shard(self._buf)
+        self._buf, self._rows, self._last = [], 0, time.monotonic()
 
 
 @dataclass
 class Store:
-    fs: pafs.FileSystem
-    root: str
+    """A Δ store at ``uri``, with its writing options (rows and seconds between two shard writes)."""
+
     uri: str
+    flush_rows: int = 1 << 16
+    flush_seconds: float = 5.0
+
+    def __post_init__(self):
+        self.fs, self.root = open_fs(self.uri)
+        self.uri = str(self.uri)
+        self.flush_rows = check_int(self.flush_rows, "flush_rows", min_value=1)
+        self.flush_seconds = check_real(self.flush_seconds, "flush_seconds", min_value=0)
 
     @classmethod
-    def open(cls, uri: str) -> "Store":
-        fs, root = open_fs(uri)
-        return cls(fs, root, str(uri))
+    def open(cls, uri) -> "Store":
+        return uri if isinstance(uri, Store) else cls(uri)
 
     # ---- small files ---------------------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -108,7 +125,74 @@ class Store:
             f.write(json.dumps(obj, indent=1, sort_keys=True).encode())
         self.fs.move(tmp, self._path(name))
 
-    # ---- shards --------------------------------------------------------------------------
+    # ---- the run's metadata --------------------------------------------------------------
+    def stored_block_size(self) -> int | None:
+        """The block size of the run held here (None when there is none yet).
+
+        A resumed or extended run must keep it: a pair's G depends on (seed, block size, index).
+        """
+        if not self.exists("meta.json"):
+            return None
+        try:
+            return int(self.read_json("meta.json")["identity"]["block_size"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"store {self.uri!r} has a meta.json without a block size; it was not written by "
+                             "raydp") from exc
+
+    def begin(self, identity: RunIdentity, plan: Plan, *, resume: bool) -> None:
+        """Claim the store for this run: refuse another run's store, then (re)write ``meta.json``."""
+        if self.exists("meta.json"):
+            if not resume:
+                raise StoreError(f"store {self.uri!r} already holds a run; pass resume=True (--resume) to continue "
+                                 "or extend it, or choose a new URI")
+            self._check_same_run(self.read_json("meta.json"), identity, plan)
+        self.write_json("meta.json", {"format": FORMAT, "identity": identity.sample_key(), "plan": plan.to_dict(),
+                                      "provenance": identity.to_dict(version=False), "version": __version__})
+
+    def _check_same_run(self, meta: dict, identity: RunIdentity, plan: Plan) -> None:
+        if meta.get("format") != FORMAT:
+            raise StoreError(f"store {self.uri!r} has format {meta.get('format')}, this raydp writes {FORMAT}")
+        ident = identity.sample_key()
+        diffs = [f for f in IDENTITY_FIELDS if meta["identity"].get(f) != ident.get(f)]
+        if diffs:
+            detail = "; ".join(f"{f}: stored {meta['identity'].get(f)!r}, asked {ident.get(f)!r}" for f in diffs)
+            raise StoreError(f"store {self.uri!r} holds a different run ({detail}); use a new store URI")
+        stored_m = int(meta["plan"]["m"])
+        if plan.m < stored_m:
+            raise StoreError(
+                f"store {self.uri!r} holds m={stored_m} pairs; a run with m={plan.m} cannot reuse it. "
+                "Use raydp.load_estimate(store, gamma=...) to re-derive Δ̂ from the stored sample"
+            )
+
+    def load(self) -> tuple[RunIdentity, Plan]:
+        """The stored run's identity and plan, checked; :class:`StoreError` if there is none or it is malformed."""
+        if not self.exists("meta.json"):
+            raise StoreError(f"no raydp store at {self.uri!r} (meta.json not found)")
+        meta = self.read_json("meta.json")
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        if fmt != FORMAT:
+            raise StoreError(f"store {self.uri!r} has format {fmt}, this raydp reads {FORMAT}")
+        try:  # a hand-edited or foreign meta.json must not surface as a KeyError deep inside
+            plan = Plan.from_dict(meta["plan"])
+            identity = RunIdentity.from_dict(meta["provenance"], version=meta.get("version", "?"))
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise StoreError(f"store {self.uri!r} has a malformed meta.json ({type(exc).__name__}: {exc})") from None
+        sizes = {"block_size": identity.block_size, "n": identity.n, "seed": identity.seed,
+                 "output_dim": identity.output_dim}
+        if (not plan.satisfies_theorem15() or identity.seed < 0
+                or min(identity.block_size, identity.n, identity.output_dim) < 1):
+            raise StoreError(f"store {self.uri!r} holds an invalid run (plan {plan.to_dict()}, {sizes}); "
+                             "it was not written by raydp")
+        return identity, plan
+
+    def finish(self, summary: dict) -> None:
+        """Mark the run complete (``result.json``)."""
+        self.write_json("result.json", dict(summary, completed=time.time()))
+
+    # ---- shards: the sink ------------------------------------------------------------------
+    def writer(self) -> ShardWriter:
+        return ShardWriter(self)
+
     def write_shard(self, results: list[BlockResult]) -> str:
         blocks = np.concatenate([np.full(r.g.size, r.index, dtype=np.int64) for r in results])
         pairs = np.concatenate([np.arange(r.start, r.start + r.g.size, dtype=np.int64) for r in results])
@@ -129,6 +213,7 @@ class Store:
         self.fs.move(tmp, self._path("shards", name))
         return name
 
+    # ---- shards: the source ----------------------------------------------------------------
     def shard_names(self) -> list[str]:
         sel = pafs.FileSelector(self._path("shards"), allow_not_found=True)
         names = [i.base_name for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File]
@@ -156,15 +241,13 @@ class Store:
         except OSError:
             self.fs.delete_file(self._path("shards", name))
 
-    def scan(self, plan: Plan, block_size: int, *, want_sample: bool, quarantine: bool = True):
-        """Verified complete blocks: ({block: (failures, kinds)}, TopK, sample or None).
+    def blocks(self, layout: BlockLayout, *, quarantine: bool = True) -> Iterator[BlockResult]:
+        """Every verified, complete block of ``layout`` held here, once each, as a full BlockResult.
 
-        Reads one shard at a time, so memory is O(shard + m − k + 1) unless the sample is wanted.
+        Reads one shard at a time. A damaged shard is skipped (and moved to ``quarantine/`` when
+        ``quarantine``); a block past m, a partial block from a smaller m, or a duplicate is ignored.
         """
-        expected = {b: min(block_size, plan.m - b * block_size) for b in range(num_blocks(plan.m, block_size))}
-        done: dict[int, tuple[int, dict]] = {}
-        top = TopK(plan.keep)
-        sample = np.full(plan.m, np.nan) if want_sample else None
+        done: set[int] = set()
         for name in self.shard_names():
             try:
                 bmeta, blocks, pairs, g = self.read_shard(name)
@@ -178,25 +261,14 @@ class Store:
             bounds = np.flatnonzero(np.diff(blocks)) + 1
             for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, blocks.size]):
                 b = int(blocks[lo])
-                if b in done or b not in expected or hi - lo != expected[b]:
+                if b in done or not 0 <= b < layout.count or hi - lo != layout.pairs(b):
                     continue  # duplicate, past m, or a partial block from a smaller m: ignore
-                if bmeta[str(b)]["pairs"] != hi - lo or pairs[lo] != b * block_size:
+                if bmeta[str(b)]["pairs"] != hi - lo or pairs[lo] != layout.start(b):
                     continue
                 info = bmeta[str(b)]
-                done[b] = (int(info["failures"]), dict(info["kinds"]))
-                top.add(g[lo:hi])
-                if sample is not None:
-                    sample[pairs[lo]:pairs[hi - 1] + 1] = g[lo:hi]
-        return done, top, sample
-
-
-def _failure_totals(done: dict) -> tuple[int, dict]:
-    """Total failures and failures by kind over the stored blocks."""
-    kinds: dict = {}
-    for _, block_kinds in done.values():
-        for key, v in block_kinds.items():
-            kinds[key] = kinds.get(key, 0) + v
-    return sum(f for f, _ in done.values()), kinds
+                done.add(b)
+                yield BlockResult(index=b, start=int(pairs[lo]), g=g[lo:hi], failures=int(info["failures"]),
+                                  failure_kinds=dict(info["kinds"]))
 
 
 def _digest(blocks: np.ndarray, pairs: np.ndarray, g: np.ndarray) -> str:
@@ -204,128 +276,3 @@ def _digest(blocks: np.ndarray, pairs: np.ndarray, g: np.ndarray) -> str:
     for a in (blocks, pairs, g):
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
-
-
-def _check_identity(store: Store, meta: dict, ident: dict, plan: Plan) -> None:
-    if meta.get("format") != FORMAT:
-        raise StoreError(f"store {store.uri!r} has format {meta.get('format')}, this raydp writes {FORMAT}")
-    diffs = [f for f in IDENTITY_FIELDS if meta["identity"].get(f) != ident.get(f)]
-    if diffs:
-        detail = "; ".join(f"{f}: stored {meta['identity'].get(f)!r}, asked {ident.get(f)!r}" for f in diffs)
-        raise StoreError(f"store {store.uri!r} holds a different run ({detail}); use a new store URI")
-    stored_m = int(meta["plan"]["m"])
-    if plan.m < stored_m:
-        raise StoreError(
-            f"store {store.uri!r} holds m={stored_m} pairs; a run with m={plan.m} cannot reuse it. "
-            "Use raydp.load_estimate(uri, gamma=...) to re-derive Δ̂ from the stored sample"
-        )
-
-
-def stored_block_size(uri: str) -> int | None:
-    """The block size of the run held at ``uri`` (None when there is none yet).
-
-    A resumed or extended run must keep it: a pair's G depends on (seed, block size, index).
-    """
-    store = Store.open(uri)
-    if not store.exists("meta.json"):
-        return None
-    try:
-        return int(store.read_json("meta.json")["identity"]["block_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(f"store {uri!r} has a meta.json without a block size; it was not written by raydp") from exc
-
-
-def run_with_store(job: PairJob, plan: Plan, identity: dict, uri: str, *, resume: bool, backend: str,
-                   progress: bool, keep_sample: bool, flush_rows: int = 1 << 16,
-                   flush_seconds: float = 5.0, **engine_options):
-    """Run (or resume, or extend) a sampling run that streams its G sample into ``uri``."""
-    from .sampler import SensitivityEstimate, collect, run_engine
-
-    t0 = time.perf_counter()
-    store = Store.open(uri)
-    ident = run_identity(identity)
-    if store.exists("meta.json"):
-        if not resume:
-            raise StoreError(f"store {uri!r} already holds a run; pass resume=True (--resume) to continue "
-                             "or extend it, or choose a new URI")
-        meta = store.read_json("meta.json")
-        _check_identity(store, meta, ident, plan)
-    meta = {"format": FORMAT, "identity": ident, "plan": plan.to_dict(), "provenance": _jsonable_identity(identity),
-            "version": __version__}
-    store.write_json("meta.json", meta)
-
-    done, top, _ = store.scan(plan, job.block_size, want_sample=False)
-    failures, kinds = _failure_totals(done)
-    todo = [b for b in range(num_blocks(plan.m, job.block_size)) if b not in done]
-    if done:
-        log.info("resuming %s: %d blocks stored, %d to run", uri, len(done), len(todo))
-
-    def stream():
-        buf: list[BlockResult] = []
-        rows, last = 0, time.monotonic()
-        for r in run_engine(job, todo, backend=backend, progress=progress, **engine_options):
-            buf.append(r)
-            rows += r.g.size
-            if rows >= flush_rows or time.monotonic() - last >= flush_seconds:
-                store.write_shard(buf)
-                buf, rows, last = [], 0, time.monotonic()
-            yield r
-        if buf:
-            store.write_shard(buf)
-
-    top, failures, kinds, _ = collect(stream(), plan, job.block_size, keep_sample=False, expected_blocks=todo,
-                                      top=top, failures=failures, kinds=kinds)
-    sensitivity = top.order_statistic()
-    store.write_json("result.json", {"sensitivity": sensitivity if math.isfinite(sensitivity) else "inf",
-                                     "failures": failures, "failure_kinds": kinds, "plan": plan.to_dict(),
-                                     "completed": time.time()})
-    sample = None
-    if keep_sample:
-        _, _, sample = store.scan(plan, job.block_size, want_sample=True)
-    return SensitivityEstimate(sensitivity=sensitivity, plan=plan, top=top.sorted_desc(), failures=failures,
-                               failure_kinds=kinds, sample=sample, seconds=time.perf_counter() - t0, **identity)
-
-
-def _jsonable_identity(identity: dict) -> dict:
-    d = dict(identity)
-    d["seed"] = str(d["seed"])
-    return d
-
-
-def load_estimate(uri: str, *, gamma: float | None = None):
-    """The estimate stored at ``uri`` (with its full G sample); ``gamma`` re-derives Δ̂ (mode k)."""
-    from .sampler import SensitivityEstimate
-
-    store = Store.open(uri)
-    if not store.exists("meta.json"):
-        raise StoreError(f"no raydp store at {uri!r} (meta.json not found)")
-    meta = store.read_json("meta.json")
-    fmt = meta.get("format") if isinstance(meta, dict) else None
-    if fmt != FORMAT:
-        raise StoreError(f"store {uri!r} has format {fmt}, this raydp reads {FORMAT}")
-    try:  # a hand-edited or foreign meta.json must not surface as a KeyError deep inside
-        plan = Plan.from_dict(meta["plan"])
-        prov = meta["provenance"]
-        sizes = {f: int(prov[f]) for f in ("block_size", "n", "seed", "output_dim")}
-        missing = {"mechanism", "norm", "target", "oracle"} - set(prov)
-        if missing:
-            raise KeyError(sorted(missing)[0])
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise StoreError(f"store {uri!r} has a malformed meta.json ({type(exc).__name__}: {exc})") from None
-    if (not plan.satisfies_theorem15() or sizes["seed"] < 0
-            or min(sizes["block_size"], sizes["n"], sizes["output_dim"]) < 1):
-        raise StoreError(f"store {uri!r} holds an invalid run (plan {plan.to_dict()}, {sizes}); "
-                         "it was not written by raydp")
-    done, top, sample = store.scan(plan, int(prov["block_size"]), want_sample=True, quarantine=False)
-    total = num_blocks(plan.m, int(prov["block_size"]))
-    if len(done) != total:
-        raise StoreError(f"store {uri!r} is incomplete: {len(done)} of {total} blocks verified; "
-                         "finish it with resume=True (raydp estimate ... --out URI --resume)")
-    failures, kinds = _failure_totals(done)
-    est = SensitivityEstimate(
-        sensitivity=kth_smallest(sample, plan.k), plan=plan, n=int(prov["n"]), seed=int(prov["seed"]),
-        block_size=int(prov["block_size"]), failures=failures, failure_kinds=kinds, mechanism=prov["mechanism"],
-        norm=prov["norm"], target=prov["target"], oracle=prov["oracle"], output_dim=int(prov["output_dim"]),
-        version=meta.get("version", "?"), top=top.sorted_desc(), sample=sample,
-    )
-    return est.for_gamma(gamma) if gamma is not None else est

@@ -688,7 +688,7 @@ CLI = [
     ("show-file", ["show", "{file}"], "is a file; a store is a directory"),
     ("show-scheme", ["show", "foo://x"], "cannot open store 'foo://x'"),
     ("show-empty-uri", ["show", ""], "store must be a path or URI string"),
-    ("show-no-uri", ["show"], "the following arguments are required: uri"),
+    ("show-no-uri", ["show"], "the following arguments are required: store"),
     ("show-gamma-2", ["show", "{store}", "--gamma", "2"], "open interval (0, 1), got 2.0"),
     ("show-gamma-tiny", ["show", "{store}", "--gamma", "1e-300"], "smallest gamma that m=50 pairs can certify"),
     ("show-gamma-word", ["show", "{store}", "--gamma", "half"], "invalid float value: 'half'"),

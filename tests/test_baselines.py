@@ -290,20 +290,6 @@ def test_sample_and_aggregate_is_accurate_with_a_large_budget():
     assert a < 1.0 < b
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    from raydp.engine.ray_backend import ensure_ray
-
-    started = not ray.is_initialized()
-    if started:
-        os.environ.pop("RAY_ADDRESS", None)
-        ensure_ray(num_cpus=2)  # loopback only, include_dashboard=False
-    yield ray
-    if started:
-        ray.shutdown()
-
-
 def test_sample_and_aggregate_blocks_as_ray_tasks_match_local(ray_session):
     rng = np.random.default_rng(12)
     x = rng.normal(size=600)

@@ -40,7 +40,7 @@ import pytest
 
 import raydp
 from raydp import oracles
-from raydp.blocks import num_blocks
+from raydp.engine.blocks import BlockLayout
 from raydp.store import Store
 
 HERE = Path(__file__).resolve().parent
@@ -51,19 +51,19 @@ pytest.importorskip("ray")
 
 # One driver script for every Ray run here. It connects (or starts an embedded Ray) first, so it
 # can report its node and session dir before the run; estimate_sensitivity then finds Ray
-# initialised and uses it as is (what backend="ray" does with address=... / ray_init_cpus=...).
+# initialised and uses it as is (what RayBackend(address=..., num_cpus=...) does itself).
 DRIVER = r"""
 import json, os, sys
 import ray, raydp, slow_targets
 from raydp import oracles
-from raydp.engine import ray_backend
+from raydp.engine.ray import ensure_ray
 
 cfg = json.loads(sys.argv[1])
-ray_backend.ensure_ray(cfg["address"], cfg["cpus"])
+ensure_ray(cfg["address"], cfg["cpus"])
 node = ray._private.worker._global_node
 print("DRIVER " + json.dumps({"node": ray.get_runtime_context().get_node_id(),
                               "session_dir": node.get_session_dir_path(), "pid": os.getpid()}), flush=True)
-options = {"address": cfg["address"]} if cfg["address"] else {"ray_init_cpus": cfg["cpus"]}
+options = {"address": cfg["address"]} if cfg["address"] else {"num_cpus": cfg["cpus"]}
 options.update(cfg.get("engine", {}))
 est = raydp.estimate_sensitivity(
     slow_targets.traced_slow_mean(cfg["delay"], cfg["trace"]), oracles.exponential(1.0), cfg["n"],
@@ -125,7 +125,7 @@ def _trace(trace_dir: Path, *, digests: bool = False) -> dict[int, dict]:
 
 def _pair_digests(n, m, seed, block_size, blocks) -> set[str]:
     """db_digest of D and D' of every pair of ``blocks``, drawn exactly as the sampler draws them."""
-    from raydp.blocks import PairJob
+    from raydp.engine.blocks import PairJob
 
     job = PairJob(target=None, oracle=oracles.exponential(1.0), mechanism=None, n=n, m=m, seed=seed,
                   block_size=block_size, out_dim=1)
@@ -222,7 +222,7 @@ def test_ray_driver_killed_mid_run_then_resumed(tmp_path):
     trace1, trace2 = tmp_path / "trace1", tmp_path / "trace2"
     trace1.mkdir()
     trace2.mkdir()
-    total_blocks = num_blocks(M2, BLOCK2)
+    total_blocks = BlockLayout(M2, BLOCK2).count
     ray_tmp = tempfile.mkdtemp(prefix="rf-", dir="/tmp")  # short: Unix socket paths < 108 bytes
     env = _base_env(RAY_TMPDIR=ray_tmp)
 
@@ -560,7 +560,7 @@ def test_worker_node_killed_mid_run(tmp_path, cluster):
     assert all(r.raylet_alive() for r in cluster.nodes_table()), "needs head + 2 live worker nodes"
     uri, trace = tmp_path / "store", tmp_path / "trace"
     trace.mkdir()
-    total_blocks = num_blocks(M1, BLOCK1)
+    total_blocks = BlockLayout(M1, BLOCK1).count
     cfg = json.dumps(dict(address=cluster.address, cpus=None, delay=DELAY1, trace=str(trace), n=N1, m=M1,
                           gamma=GAMMA1, seed=SEED1, block_size=BLOCK1, store=str(uri), resume=False))
     out = tmp_path / "driver.out"

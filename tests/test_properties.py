@@ -243,7 +243,7 @@ def plan_argv(draw):
     m_value = None
     for flag in flags:
         valid = _VALID_PLAN_TEXT[flag]
-        if flag == "--k" and m_value is not None and m_value.isdigit() and draw(st.booleans()):
+        if flag == "--k" and m_value is not None and m_value.isascii() and m_value.isdigit() and draw(st.booleans()):
             valid = st.integers(0, int(m_value) // 2).map(lambda d, m=int(m_value): str(m - d))  # k near m
         value = pick(draw, valid, _FLAG_TEXT)
         m_value = value if flag == "--m" else m_value

@@ -22,7 +22,7 @@ ray = pytest.importorskip("ray")
 
 import raydp  # noqa: E402
 from raydp import oracles, targets  # noqa: E402
-from raydp.engine import ray_backend  # noqa: E402
+from raydp.engine.ray import ensure_ray  # noqa: E402
 from raydp.errors import EngineError, TargetError  # noqa: E402
 
 # The target classes below live in this test module, which Ray workers cannot import (tests/ is
@@ -32,22 +32,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 N, M, GAMMA, SEED, BLOCK = 50, 3000, 0.05, 20240607, 16  # 188 blocks
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    from ray._private import ray_constants
-
-    if ray.is_initialized():  # pragma: no cover - another module left a session behind
-        ray.shutdown()
-    # Ray maps _node_ip_address="127.0.0.1" to the routable address unless this is off; keep the
-    # test cluster on loopback.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("RAY_ADDRESS", raising=False)  # start our own, never join an ambient cluster
-        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False)
-    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_session")  # one loopback Ray for the module (conftest.py)
 
 
 # ----------------------------------------------------------------------------- targets
@@ -144,7 +129,7 @@ def local_mean():
 
 
 @pytest.mark.parametrize(
-    "group_size, max_in_flight, num_cpus",
+    "group_size, max_in_flight, cpus_per_task",
     [
         (1, None, 1),
         (7, None, 1),
@@ -155,8 +140,8 @@ def local_mean():
         (7, 3, 2),        # more in flight than slots: tasks queue in Ray
     ],
 )
-def test_ray_equals_local_bit_for_bit(local_mean, group_size, max_in_flight, num_cpus):
-    est = _estimate(backend="ray", group_size=group_size, max_in_flight=max_in_flight, num_cpus=num_cpus)
+def test_ray_equals_local_bit_for_bit(local_mean, group_size, max_in_flight, cpus_per_task):
+    est = _estimate(backend="ray", group_size=group_size, max_in_flight=max_in_flight, cpus_per_task=cpus_per_task)
     _same(est, local_mean)
     assert est.provenance() == local_mean.provenance()
 
@@ -181,8 +166,8 @@ def test_compact_ray_equals_local(local_mean):
     _same(est, local)
     assert est.sensitivity == local_mean.sensitivity
     assert np.array_equal(est.top, local_mean.top)
-    # an explicit compact together with a larger group size
-    est2 = _estimate(backend="ray", keep_sample=False, group_size=10, compact=local_mean.plan.keep)
+    # compacted tasks together with a larger group size
+    est2 = _estimate(backend="ray", keep_sample=False, group_size=10)
     _same(est2, local)
 
 
@@ -256,7 +241,7 @@ def test_auto_uses_the_running_ray(tmp_path, monkeypatch):
     assert not log.exists()
     monkeypatch.setattr(ray, "init", no_init)
     est = _estimate(target, backend="auto", m=300, gamma=0.2)
-    ray_backend.ensure_ray(address=gcs)  # already connected: a no-op
+    ensure_ray(address=gcs)  # already connected: a no-op
     monkeypatch.undo()
     assert ray.get_runtime_context().gcs_address == gcs
     pids = {int(p) for p in log.read_text().split()}
@@ -276,12 +261,12 @@ def test_second_driver_connects_by_address(local_mean):
         f"""
         import hashlib, json
         import ray, raydp
-        from ray._private import ray_constants
         from raydp import oracles, targets
-        ray_constants.ENABLE_RAY_CLUSTER = False
-        est = raydp.estimate_sensitivity(
-            targets.mean(), oracles.exponential(1.0), {N}, m={M}, gamma={GAMMA}, seed={SEED},
-            block_size={BLOCK}, backend="ray", address={gcs!r}, keep_sample=True, progress=False)
+        from raydp.engine.loopback import loopback_only
+        with loopback_only():
+            est = raydp.estimate_sensitivity(
+                targets.mean(), oracles.exponential(1.0), {N}, m={M}, gamma={GAMMA}, seed={SEED},
+                block_size={BLOCK}, backend="ray", address={gcs!r}, keep_sample=True, progress=False)
         print(json.dumps(dict(gcs=ray.get_runtime_context().gcs_address,
                               delta=est.sensitivity.hex(),
                               sample=hashlib.sha256(est.sample.tobytes()).hexdigest())))
@@ -299,4 +284,4 @@ def test_second_driver_connects_by_address(local_mean):
 
 def test_task_bigger_than_any_node_fails_fast():
     with pytest.raises(EngineError, match="largest node has 2 CPUs"):
-        _estimate(backend="ray", m=200, gamma=None, num_cpus=3)
+        _estimate(backend="ray", m=200, gamma=None, cpus_per_task=3)

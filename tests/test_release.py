@@ -11,7 +11,7 @@ from scipy import stats
 import raydp
 from raydp import oracles, targets
 from raydp.errors import EstimateMismatchError, InvalidArgument
-from raydp.progress import Progress
+from raydp.engine.progress import Progress
 
 N = 200
 

@@ -8,10 +8,10 @@ from scipy import stats
 
 import raydp
 from raydp import oracles, targets
-from raydp.blocks import PairJob, default_block_size, num_blocks, probe_output_dim
-from raydp.engine.local import run_blocks
+from raydp.engine import LocalBackend
+from raydp.engine.blocks import PairJob, default_block_size, probe_output_dim
 from raydp.errors import InvalidArgument, OracleError, TargetError
-from raydp.reduce import TopK, kth_smallest
+from raydp.engine.reduce import TopK, kth_smallest
 
 
 def _job(m=103, n=20, block_size=10, seed=11, target=None, strict=False):
@@ -21,6 +21,10 @@ def _job(m=103, n=20, block_size=10, seed=11, target=None, strict=False):
     dim = probe_output_dim(target, oracle, mech, n, seed)
     return PairJob(target=target, oracle=oracle, mechanism=mech, n=n, m=m, seed=seed,
                    block_size=block_size, out_dim=dim, strict=strict)
+
+
+def run_blocks(job, blocks, **options):
+    return LocalBackend(**options).run(job, blocks)
 
 
 def _sample(results, m):
@@ -33,7 +37,7 @@ def _sample(results, m):
 @pytest.mark.parametrize("group_size, shuffle", [(1, None), (3, None), (1, 5), (4, 99), (100, None)])
 def test_grouping_and_order_never_change_the_sample(group_size, shuffle):
     job = _job()
-    blocks = range(num_blocks(job.m, job.block_size))
+    blocks = job.layout.blocks()
     reference = _sample(run_blocks(job, blocks), job.m)
     got = _sample(run_blocks(job, blocks, group_size=group_size, shuffle_seed=shuffle), job.m)
     assert np.isfinite(reference).all()

@@ -199,7 +199,7 @@ def test_extend_with_default_block_size_keeps_the_stored_blocks(tmp_path):
     first = raydp.estimate_sensitivity(targets.median(), oracles.exponential(1.0), m=700, store=uri, **kw)
     extended = raydp.estimate_sensitivity(targets.median(), oracles.exponential(1.0), m=5000, store=uri,
                                           resume=True, keep_sample=True, **kw)
-    assert extended.block_size == first.block_size != raydp.blocks.default_block_size(30, 5000, batched=True)
+    assert extended.block_size == first.block_size != raydp.engine.blocks.default_block_size(30, 5000, batched=True)
     fresh = raydp.estimate_sensitivity(targets.median(), oracles.exponential(1.0), m=5000,
                                        block_size=first.block_size, keep_sample=True, **kw)
     assert np.array_equal(extended.sample, fresh.sample)

@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray")
 
 import raydp  # noqa: E402
 from raydp import oracles  # noqa: E402
-from raydp.blocks import block_rng, num_blocks  # noqa: E402
+from raydp.engine.blocks import BlockLayout, block_rng  # noqa: E402
 from raydp.errors import EngineError, InvalidArgument, TargetError  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -73,7 +73,7 @@ class AlwaysHangs(Mean):
 def hanging_pairs(above: float = HANG_ABOVE) -> np.ndarray:
     """Pair indices where D (last record x_n) or D′ (last record x_{n+1}) hangs."""
     out = []
-    for b in range(num_blocks(M, BLOCK)):
+    for b in BlockLayout(M, BLOCK).blocks():
         x = oracles.exponential(1.0).sample(block_rng(SEED, b), BLOCK * (N + 1)).reshape(BLOCK, N + 1)
         p = min(BLOCK, M - b * BLOCK)
         bad = (x[:p, N - 1] > above) | (x[:p, N] > above)
@@ -99,20 +99,6 @@ def watchdog():
     faulthandler.dump_traceback_later(240, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    from ray._private import ray_constants
-
-    if ray.is_initialized():  # pragma: no cover
-        ray.shutdown()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("RAY_ADDRESS", raising=False)
-        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def _check(est, clean, failed_pairs, kind):

@@ -50,7 +50,6 @@ from .selection import DEFAULT_GRID_SIZE, exponential_quantile
 __all__ = ["block_values", "widened_winsorized_mean", "sample_and_aggregate"]
 
 BACKENDS = ("ray", "local")
-_remote_cache: dict = {}
 
 
 def _eval_blocks(x: np.ndarray, f: Callable, k: int, blocks: list[int]) -> list[float]:
@@ -66,21 +65,17 @@ def _eval_blocks(x: np.ndarray, f: Callable, k: int, blocks: list[int]) -> list[
     return out
 
 
-def _remote():
-    import ray
-
-    if "eval" not in _remote_cache:
-        _remote_cache["eval"] = ray.remote(_eval_blocks)
-    return _remote_cache["eval"]
+def _eval_blocks_of(x: np.ndarray, blocks: list[int], f: Callable, k: int) -> list[float]:
+    return _eval_blocks(x, f, k, blocks)
 
 
 def block_values(x, f: Callable, blocks: int, *, backend: str = "ray", tasks: int | None = None) -> np.ndarray:
     """``[f(x[j::k]) for j in range(k)]``: the statistic on each of the k = ``blocks`` disjoint blocks.
 
     ``backend="ray"`` runs them as Ray tasks (``tasks`` of them, default two per CPU of the
-    cluster, at most one per block), starting an embedded loopback Ray if none is connected
-    (:func:`raydp.engine.ray_backend.ensure_ray`); ``"local"`` runs them here. ``f`` must map a
-    1-D array to a finite scalar and be picklable for Ray.
+    cluster, at most one per block) through the sampler's Ray backend
+    (:meth:`raydp.engine.RayBackend.imap`), starting an embedded loopback Ray if none is connected;
+    ``"local"`` runs them here. ``f`` must map a 1-D array to a finite scalar and be picklable for Ray.
     """
     arr = check_data(x)
     k = check_int("blocks", blocks, 1)
@@ -93,24 +88,17 @@ def block_values(x, f: Callable, blocks: int, *, backend: str = "ray", tasks: in
     if backend == "local":
         return np.asarray(_eval_blocks(arr, f, k, list(range(k))), dtype=np.float64)
 
-    import ray
-    from ray.exceptions import RayTaskError
+    from raydp.engine.ray import RayBackend, cluster_cpus
 
-    from raydp.engine.ray_backend import cluster_cpus, ensure_ray
-
-    ensure_ray()
+    engine = RayBackend()
+    engine.connect()
     t = 2 * cluster_cpus() if tasks is None else check_int("tasks", tasks, 1)
     t = min(t, k)
     groups = [g.tolist() for g in np.array_split(np.arange(k), t)]
-    x_ref = ray.put(arr)
-    task = _remote()
-    refs = [task.remote(x_ref, f, k, g) for g in groups]
-    try:
-        parts = ray.get(refs)
-    except RayTaskError as exc:
-        cause = getattr(exc, "cause", None)
-        raise (cause if isinstance(cause, Exception) else exc) from None
-    return np.asarray([v for part in parts for v in part], dtype=np.float64)
+    values = np.empty(k, dtype=np.float64)
+    for group, part in engine.imap(_eval_blocks_of, arr, groups, f, k, what="blocks"):
+        values[group] = part
+    return values
 
 
 def widened_winsorized_mean(z, epsilon: float, lower: float, upper: float, *, widen: float = 2.0,

@@ -1,6 +1,14 @@
-"""Backends that map block indices to :class:`raydp.blocks.BlockResult` values.
+"""The engine: block indices in, block results out. It knows nothing about privacy.
 
-An engine knows nothing about privacy: it runs ``PairJob.run_blocks`` on groups of block indices
-and yields the results in any order. The reducer in :mod:`raydp.sampler` checks that every block
-arrived exactly once.
+``blocks`` is the block function (the only code that draws databases and evaluates the target),
+``local`` and ``ray`` the two backends that run it, ``reduce`` the order statistics, ``progress``
+the display, ``loopback`` the switch that keeps Ray on 127.0.0.1. The sampler (:mod:`raydp.sampler`)
+orchestrates them; nothing here calls back up.
 """
+
+from .backends import BACKENDS, as_backend
+from .blocks import BlockLayout, BlockResult, PairJob
+from .local import LocalBackend
+from .ray import RayBackend
+
+__all__ = ["BACKENDS", "as_backend", "BlockLayout", "BlockResult", "PairJob", "LocalBackend", "RayBackend"]

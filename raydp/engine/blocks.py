@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import OracleError, TargetError
+from ..errors import OracleError, TargetError
+from ..validation import check_real
 
 # Spawn key of the probe database used to learn the target's output shape; no block has it.
 PROBE_KEY = 2**64 - 1
@@ -67,8 +68,36 @@ def block_rng(seed: int, block_index: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(block_index,))))
 
 
-def num_blocks(m: int, block_size: int) -> int:
-    return -(-m // block_size)
+@dataclass(frozen=True)
+class BlockLayout:
+    """How m pairs are cut into blocks of ``block_size``: the one place that knows which pairs a block holds.
+
+    >>> layout = BlockLayout(m=10, block_size=4)
+    >>> layout.count, layout.start(2), layout.pairs(2), layout.pairs_in([0, 2])
+    (3, 8, 2, 6)
+    """
+
+    m: int
+    block_size: int
+
+    @property
+    def count(self) -> int:
+        """Number of blocks, ⌈m / block_size⌉ (the last one may be partial)."""
+        return -(-self.m // self.block_size)
+
+    def blocks(self) -> range:
+        return range(self.count)
+
+    def start(self, block: int) -> int:
+        """Index of the block's first pair."""
+        return block * self.block_size
+
+    def pairs(self, block: int) -> int:
+        """How many pairs the block holds (``block_size``, or fewer for the last block)."""
+        return min(self.block_size, self.m - block * self.block_size)
+
+    def pairs_in(self, blocks) -> int:
+        return sum(self.pairs(b) for b in blocks)
 
 
 @dataclass
@@ -122,11 +151,14 @@ class PairJob:
     strict: bool = False
     pair_timeout: float | None = None
 
+    @property
+    def layout(self) -> BlockLayout:
+        return BlockLayout(self.m, self.block_size)
+
     # ---- databases -------------------------------------------------------------------------
     def draw(self, block_index: int) -> tuple[np.ndarray, int]:
         """Records of a block, shaped (pairs_in_block, n + 1, *record_shape)."""
-        start = block_index * self.block_size
-        pairs = min(self.block_size, self.m - start)
+        start, pairs = self.layout.start(block_index), self.layout.pairs(block_index)
         if pairs <= 0:
             raise ValueError(f"block {block_index} is past m={self.m}")
         size = self.block_size * (self.n + 1)
@@ -276,18 +308,13 @@ def check_timeout(name: str, seconds) -> float | None:
     """A timeout in seconds: None, or a finite number > 0 (``InvalidArgument`` otherwise)."""
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)) \
-            or not 0 < seconds < math.inf:
-        from .errors import InvalidArgument
-
-        raise InvalidArgument(f"{name} must be a positive number of seconds or None, got {seconds!r}")
-    return float(seconds)
+    return check_real(seconds, name, min_value=0, include_min=False, expected="a positive number of seconds or None")
 
 
 def check_alarm_usable() -> None:
     """``pair_timeout`` uses SIGALRM: only on a POSIX process's main thread."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        from .errors import EngineError
+        from ..errors import EngineError
 
         raise EngineError("pair_timeout needs to run on a process's main thread on a POSIX system "
                           "(it uses SIGALRM); run the sampler from the main thread, or use the Ray "
@@ -322,8 +349,8 @@ def _embed_rows(mechanism, outs: np.ndarray) -> np.ndarray | None:
 
 def probe_output_dim(target, oracle, mechanism, n: int, seed: int, timeout: float | None = None) -> int:
     """Evaluate the target once on a public probe database to learn its output dimension."""
-    from .errors import RaydpError
-    from .oracles import check_records
+    from ..errors import RaydpError
+    from ..oracles import check_records
 
     # The oracle must honour its protocol before any pair is drawn: NaN records would turn every
     # pair into a failure, complex ones would silently lose their imaginary part.

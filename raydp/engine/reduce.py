@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import EngineError
+
 
 def largest(values: np.ndarray, keep: int) -> np.ndarray:
     """The ``keep`` largest entries of ``values`` (unordered)."""
@@ -85,3 +87,51 @@ def kth_smallest(sample: np.ndarray, k: int) -> float:
     if not 1 <= k <= sample.size:
         raise ValueError(f"k must be in [1, {sample.size}], got {k}")
     return float(np.partition(sample, k - 1)[k - 1])
+
+
+class Reducer:
+    """Merges block results into what an estimate needs: G_(k)'s TopK, failure counts, the full sample.
+
+    Refuses to finish unless every block of the layout arrived exactly once: an estimate from fewer
+    than m pairs would void Theorem 15, and a block counted twice would weigh its pairs twice.
+    """
+
+    def __init__(self, layout, keep: int, *, keep_sample: bool):
+        self.layout = layout
+        self.top = TopK(keep)
+        self.failures = 0
+        self.failure_kinds: dict = {}
+        self.sample = np.full(layout.m, np.nan) if keep_sample else None
+        self.seen: set[int] = set()
+
+    def add(self, result) -> None:
+        b = result.index
+        if b in self.seen:
+            raise EngineError(f"block {b} was delivered twice; refusing to count its pairs twice")
+        if not 0 <= b < self.layout.count:
+            raise EngineError(f"block {b} was not requested")
+        if self.sample is not None and not result.complete:
+            raise EngineError(f"block {b} arrived compacted but the full sample was asked for")
+        self.seen.add(b)
+        self.top.add(result.g, count=result.pairs)
+        self.failures += result.failures
+        for kind, count in result.failure_kinds.items():
+            self.failure_kinds[kind] = self.failure_kinds.get(kind, 0) + count
+        if self.sample is not None:
+            self.sample[result.start: result.start + result.g.size] = result.g
+
+    def missing(self) -> list[int]:
+        """Blocks of the layout not yet added, in order."""
+        return [b for b in self.layout.blocks() if b not in self.seen]
+
+    def finish(self) -> "Reducer":
+        missing = self.missing()
+        if missing:
+            raise EngineError(f"{len(missing)} block(s) never finished (e.g. block {missing[0]}); "
+                                "no estimate is returned from fewer than m pairs")
+        if self.top.count != self.layout.m:
+            raise EngineError(f"{self.top.count} pairs evaluated, plan needs m={self.layout.m}")
+        return self
+
+    def order_statistic(self) -> float:
+        return self.top.order_statistic()

@@ -1,0 +1,252 @@
+"""Ray backend: the same block function as the local backend, as Ray tasks.
+
+Map: one task per group of consecutive blocks; the :class:`~raydp.engine.blocks.PairJob` (oracle,
+target, mechanism) is put in the object store once and passed by reference. The driver keeps a
+bounded number of tasks in flight with ``ray.wait`` and yields results as they finish. When only Δ̂
+is needed, each task compacts its blocks to their m − k + 1 largest values before returning (the
+first level of the reduce tree); the driver merges those (the second level).
+
+Faults: Ray retries a task whose worker died (``max_retries``); application errors are not
+retried (they are deterministic). A task lost for good raises :class:`raydp.errors.EngineError`;
+the run never finishes with fewer than m pairs.
+
+Hanging targets: with ``task_timeout`` (seconds) a task that has not returned that long after it
+was submitted is cancelled with ``force=True`` (Ray kills its worker, which stops even a target
+stuck in C code) and every pair of its blocks counts as a failure, G = +∞, kind "task timed out".
+Failures only raise Δ̂, so this is safe; it is never a stuck job. The clock starts at submission,
+so with a timeout the driver keeps at most one task per CPU slot in flight (no task waits in a
+queue while its clock runs). For a finer grain use ``pair_timeout`` (per pair, in the worker).
+
+:meth:`RayBackend.imap` is the generic part (a function over groups of items, one shared object put
+once, bounded tasks in flight, errors unwrapped); the sampler's blocks and the baselines'
+sample-and-aggregate both run through it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from ..errors import EngineError, InvalidArgumentError, TargetError
+from ..validation import check_int, check_real
+from .blocks import BlockResult, PairJob, check_timeout
+from .local import groups_of
+from .loopback import LOOPBACK_HOST, loopback_only
+
+_remote_cache: dict = {}
+
+
+def _remote(fn: Callable):
+    """``ray.remote(fn)``, made once per function and process."""
+    import ray
+
+    if fn not in _remote_cache:
+        _remote_cache[fn] = ray.remote(fn)
+    return _remote_cache[fn]
+
+
+def _run_group(job: PairJob, blocks: list[int], compact: int | None) -> list[BlockResult]:
+    results = job.run_blocks(blocks)
+    if compact is not None:
+        results = [r.compacted(compact) for r in results]
+    return results
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to a Ray cluster, or start an embedded one bound to 127.0.0.1.
+
+    ``address`` (or ``RAY_ADDRESS``, set inside ``ray job submit``) selects a running cluster.
+    Without one, an embedded Ray is started in this process with ``num_cpus`` CPUs (default: all).
+    """
+    import ray
+
+    if ray.is_initialized():
+        if address:
+            current = ray.get_runtime_context().gcs_address or ""
+            port = re.search(r":(\d+)/?$", str(address))
+            if port and current and current.rsplit(":", 1)[-1] != port.group(1):
+                raise EngineError(f"Ray is already connected to {current}; cannot also use address {address!r} "
+                                  "in this process")
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    kwargs = dict(log_to_driver=True, configure_logging=False)
+    if address:
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as exc:
+            raise EngineError(f"cannot connect to the Ray cluster at {address!r}: {exc}".splitlines()[0]) from exc
+        return
+    with loopback_only():
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOOPBACK_HOST, **kwargs)
+
+
+def cluster_cpus() -> int:
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def largest_node_cpus() -> float:
+    import ray
+
+    return max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+
+
+@dataclass(frozen=True)
+class RayBackend:
+    """Run blocks as Ray tasks on a cluster (``address`` or ``RAY_ADDRESS``) or on an embedded local Ray.
+
+    - ``address``: a running cluster; default ``RAY_ADDRESS`` (set inside ``ray job submit``), else
+      an embedded Ray is started in this process, bound to 127.0.0.1, with ``num_cpus`` CPUs
+      (default: every core).
+    - ``cpus_per_task`` / ``memory_per_task`` (bytes): resources of each task (raise ``cpus_per_task``
+      for multi-threaded targets).
+    - ``group_size``: blocks per task (default: about four tasks per CPU slot, two for batched targets).
+    - ``max_in_flight``: tasks submitted and not yet collected (default: two per slot, one with a
+      ``task_timeout``).
+    - ``max_retries``: Ray's retries of a task whose worker died.
+    - ``task_timeout`` (seconds): a task still running that long after submission is killed and every
+      pair of its blocks counts as a failure, G = +∞.
+
+    >>> RayBackend(num_cpus=2).num_cpus
+    2
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+    cpus_per_task: float = 1
+    memory_per_task: int | None = None
+    group_size: int | None = None
+    max_in_flight: int | None = None
+    max_retries: int = 3
+    task_timeout: float | None = None
+
+    name = "ray"
+
+    def __post_init__(self):
+        if self.address is not None and (not isinstance(self.address, str) or not self.address):
+            raise InvalidArgumentError(f"address must be a Ray address string or None, got {self.address!r}")
+        if self.num_cpus is not None:
+            check_int(self.num_cpus, "num_cpus", min_value=1)
+        check_real(self.cpus_per_task, "cpus_per_task", min_value=0, include_min=False)
+        for name in ("memory_per_task", "group_size", "max_in_flight"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, min_value=1)
+        check_int(self.max_retries, "max_retries", min_value=0)
+        object.__setattr__(self, "task_timeout", check_timeout("task_timeout", self.task_timeout))
+
+    # ---- the cluster ------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Join the cluster, or start the embedded Ray (idempotent)."""
+        ensure_ray(self.address, self.num_cpus)
+
+    def slots(self) -> int:
+        """How many tasks of ``cpus_per_task`` fit on the cluster at once."""
+        return max(1, int(cluster_cpus() // max(self.cpus_per_task, 1e-9)))
+
+    # ---- generic map ------------------------------------------------------------------------
+    def imap(self, fn: Callable, shared: Any, groups: Sequence[list], *args,
+             expired: Callable[[list], Any] | None = None, what: str = "items") -> Iterator[tuple[list, Any]]:
+        """``fn(shared, group, *args)`` as one Ray task per group; yield ``(group, result)`` as tasks finish.
+
+        ``shared`` is put in the object store once. An application error in a task is re-raised here
+        with its own type (not retried: it is deterministic). A task lost for good (its worker died
+        more than ``max_retries`` times) raises :class:`EngineError`. With ``task_timeout``, a task past
+        its deadline is killed and ``expired(group)`` is yielded as its result (or raises).
+        """
+        import ray
+        from ray.exceptions import RayTaskError
+
+        groups = list(groups)
+        if not groups:
+            return
+        self.connect()
+        biggest = largest_node_cpus()
+        if self.cpus_per_task > biggest and not os.environ.get("RAYDP_ALLOW_AUTOSCALE"):
+            # Ray would wait forever for a node that never comes; say so instead of hanging.
+            raise EngineError(f"num_cpus={self.cpus_per_task} per task but the largest node has {biggest:g} CPUs; "
+                              "lower cpus_per_task or add bigger nodes (set RAYDP_ALLOW_AUTOSCALE=1 if an "
+                              "autoscaler will)")
+        slots = self.slots()
+        in_flight_cap = self.max_in_flight
+        if in_flight_cap is None:
+            in_flight_cap = slots if self.task_timeout is not None else 2 * slots
+        options = dict(num_cpus=self.cpus_per_task, max_retries=self.max_retries, retry_exceptions=False)
+        if self.memory_per_task is not None:
+            options["memory"] = self.memory_per_task
+        task = _remote(fn).options(**options)
+        shared_ref = ray.put(shared)
+
+        pending = list(reversed(groups))  # pop() from the end submits groups in order
+        in_flight: dict = {}
+        deadline: dict = {}
+        try:
+            while pending or in_flight:
+                while pending and len(in_flight) < in_flight_cap:
+                    group = pending.pop()
+                    ref = task.remote(shared_ref, group, *args)
+                    in_flight[ref] = group
+                    if self.task_timeout is not None:
+                        deadline[ref] = time.monotonic() + self.task_timeout
+                wait = None if self.task_timeout is None else max(0.0, min(deadline.values()) - time.monotonic())
+                done, _ = ray.wait(list(in_flight), num_returns=1, timeout=wait)
+                if not done:
+                    now = time.monotonic()
+                    for ref in [r for r, t in deadline.items() if t <= now]:
+                        group = in_flight.pop(ref)
+                        del deadline[ref]
+                        ray.cancel(ref, force=True)
+                        if expired is None:
+                            raise EngineError(f"{what} {group[0]}..{group[-1]}: task ran over "
+                                              f"task_timeout={self.task_timeout:g} s")
+                        yield group, expired(group)
+                    continue
+                for ref in done:
+                    group = in_flight.pop(ref)
+                    deadline.pop(ref, None)
+                    try:
+                        result = ray.get(ref)
+                    except RayTaskError as exc:
+                        cause = getattr(exc, "cause", None)
+                        raise (cause if isinstance(cause, Exception) else exc) from None
+                    except ray.exceptions.RayError as exc:
+                        raise EngineError(
+                            f"{what} {group[0]}..{group[-1]} were lost ({type(exc).__name__}; Ray retries a dead "
+                            f"worker's task up to {self.max_retries} times); the run stops rather than return "
+                            "fewer than m pairs. Rerun with a store and resume=True to keep finished blocks."
+                        ) from exc
+                    yield group, result
+        finally:
+            for ref in in_flight:
+                ray.cancel(ref, force=False)
+
+    # ---- the sampler's blocks ---------------------------------------------------------------
+    def run(self, job: PairJob, blocks: Sequence[int], *, compact: int | None = None) -> Iterator[BlockResult]:
+        """Run ``blocks`` as Ray tasks; yield each block's result as its task finishes."""
+        blocks = list(blocks)
+        if not blocks:  # e.g. a resumed store that is already complete: no need to start Ray
+            return
+        self.connect()
+        group_size = self.group_size
+        if group_size is None:
+            # About four tasks per slot balance the load of expensive per-pair targets; a batched
+            # target's tasks are short, and the ~1-3 ms each task costs weighs more: two per slot.
+            per_slot = 2 if callable(getattr(job.target, "batch", None)) else 4
+            group_size = max(1, math.ceil(len(blocks) / (per_slot * self.slots())))
+
+        def timed_out(group: list[int]) -> list[BlockResult]:
+            if job.strict:
+                raise TargetError(f"blocks {group[0]}..{group[-1]}: task ran over task_timeout="
+                                  f"{self.task_timeout:g} s (strict mode)")
+            layout = job.layout
+            failed = [BlockResult.failed(b, layout.start(b), layout.pairs(b), "task timed out",
+                                         seconds=self.task_timeout) for b in group]
+            return failed if compact is None else [r.compacted(compact) for r in failed]
+
+        for _, results in self.imap(_run_group, job, groups_of(blocks, group_size), compact,
+                                    expired=timed_out, what="blocks"):
+            yield from results

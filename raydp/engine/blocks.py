@@ -18,7 +18,7 @@ Hanging targets. With ``pair_timeout`` (seconds) every evaluation of a pair runs
 ``SIGALRM`` interval timer; a pair that overruns it gets G = +∞, counted as "timed out". The timer
 interrupts Python code (loops, sleeps, I/O waits), not a C extension that never returns to the
 interpreter; for those the Ray backend's ``task_timeout`` kills the worker instead (see
-:mod:`raydp.engine.ray_backend`). Which pairs time out depends on the machine, so a run with
+:mod:`raydp.engine.ray`). Which pairs time out depends on the machine, so a run with
 timeouts is reproducible only when none fire.
 """
 

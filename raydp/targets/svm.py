@@ -83,7 +83,7 @@ class SVM:
 
     def pair(self, database: Any, database_prime: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(f(D), f(D′))`` for neighbouring databases, faster than two calls (the sampler's
-        amortised pair evaluation, see :meth:`raydp.blocks.PairJob._g_pairwise`).
+        amortised pair evaluation, see :meth:`raydp.engine.blocks.PairJob._g_pairwise`).
 
         D′ is solved by an exact active-set method warm-started from D's solution; D itself by the
         same method when nearly all records are inside the margin (libsvm's slowest case), else by

@@ -42,18 +42,18 @@ def add_common_flags(parser: argparse.ArgumentParser, *, out_default: str) -> No
 
 def engine_options(args: argparse.Namespace) -> dict:
     """The backend options (fields of :class:`raydp.RayBackend`) that go with ``backend=args.backend``."""
-    from raydp.errors import InvalidArgument
+    from raydp.errors import InvalidArgumentError
 
     if args.backend == "local":
         if args.address:
-            raise InvalidArgument("--address needs --backend auto or ray")
+            raise InvalidArgumentError("--address needs --backend auto or ray")
         return {}
     options = {}
     if args.address:
         options["address"] = args.address
     if args.num_cpus is not None:
         if args.num_cpus < 1:
-            raise InvalidArgument("--num-cpus must be >= 1")
+            raise InvalidArgumentError("--num-cpus must be >= 1")
         options["num_cpus"] = args.num_cpus  # RayBackend(num_cpus=): only used when an embedded Ray is started
     return options
 

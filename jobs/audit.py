@@ -197,18 +197,18 @@ def markdown(rows: list[dict], columns) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from raydp.errors import InvalidArgument
+    from raydp.errors import InvalidArgumentError
 
     a = make_parser().parse_args(argv)
     if a.runs < 1:
-        raise InvalidArgument(f"--runs must be >= 1, got {a.runs}")
+        raise InvalidArgumentError(f"--runs must be >= 1, got {a.runs}")
     if a.n < 3 or a.n % 2 == 0:
-        raise InvalidArgument(f"--n must be odd and >= 3, got {a.n}")
+        raise InvalidArgumentError(f"--n must be odd and >= 3, got {a.n}")
     if not (a.scale > 0 and math.isfinite(a.scale)):
-        raise InvalidArgument(f"--scale must be > 0, got {a.scale}")
+        raise InvalidArgumentError(f"--scale must be > 0, got {a.scale}")
     for name in ("alpha", "coverage_alpha", "law_alpha"):
         if not 0.0 < getattr(a, name) < 1.0:
-            raise InvalidArgument(f"--{name.replace('_', '-')} must be in (0, 1)")
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be in (0, 1)")
     os.makedirs(a.out, exist_ok=True)
     t_start = time.perf_counter()
 

@@ -122,20 +122,20 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(a) -> None:
-    from raydp.errors import InvalidArgument
+    from raydp.errors import InvalidArgumentError
 
     if any(n < 2 for n in a.n):
-        raise InvalidArgument("--n values must be >= 2")
+        raise InvalidArgumentError("--n values must be >= 2")
     if any(not (math.isfinite(e) and e > 0) for e in a.eps):
-        raise InvalidArgument("--eps values must be finite and > 0")
+        raise InvalidArgumentError("--eps values must be finite and > 0")
     if a.repeats is not None and a.repeats < 1:
-        raise InvalidArgument("--repeats must be >= 1")
+        raise InvalidArgumentError("--repeats must be >= 1")
     if not 0 < a.delta < 1:
-        raise InvalidArgument("--delta must lie in (0, 1)")
+        raise InvalidArgumentError("--delta must lie in (0, 1)")
     if a.block_size < 1:
-        raise InvalidArgument("--block-size must be >= 1")
+        raise InvalidArgumentError("--block-size must be >= 1")
     if a.grid_size < 2:
-        raise InvalidArgument("--grid-size must be >= 2")
+        raise InvalidArgumentError("--grid-size must be >= 2")
 
 
 class _Acc:

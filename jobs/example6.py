@@ -138,23 +138,23 @@ def main(argv: list[str] | None = None) -> int:
 
     import raydp
     from raydp import oracles, targets
-    from raydp.errors import InvalidArgument
+    from raydp.errors import InvalidArgumentError
     from raydp.plan import min_gamma
 
     from _plots import markdown_table
 
     a = make_parser().parse_args(argv)
     if a.repeats < 1:
-        raise InvalidArgument(f"--repeats must be >= 1, got {a.repeats}")
+        raise InvalidArgumentError(f"--repeats must be >= 1, got {a.repeats}")
     if a.points < 1:
-        raise InvalidArgument(f"--points must be >= 1, got {a.points}")
+        raise InvalidArgumentError(f"--points must be >= 1, got {a.points}")
     if a.n < 1 or not (a.rate > 0 and math.isfinite(a.rate)):
-        raise InvalidArgument(f"need --n >= 1 and a finite --rate > 0, got n={a.n}, rate={a.rate}")
+        raise InvalidArgumentError(f"need --n >= 1 and a finite --rate > 0, got n={a.n}, rate={a.rate}")
     if not 0.0 < a.gamma_max < 1.0:
-        raise InvalidArgument(f"--gamma-max must be in (0, 1), got {a.gamma_max}")
+        raise InvalidArgumentError(f"--gamma-max must be in (0, 1), got {a.gamma_max}")
     ms = list(dict.fromkeys(a.ms))
     if any(m < 1 for m in ms):
-        raise InvalidArgument(f"--ms must be positive integers, got {ms}")
+        raise InvalidArgumentError(f"--ms must be positive integers, got {ms}")
     grids = {}
     for m in ms:
         raydp.plan(m=m)  # m too small for any γ < 1: one-line error before any work
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{a.gamma_max:g}; raise m or --gamma-max")
     ms = [m for m in ms if grids[m]]
     if not ms:
-        raise InvalidArgument(f"no m certifies any gamma <= {a.gamma_max:g}")
+        raise InvalidArgumentError(f"no m certifies any gamma <= {a.gamma_max:g}")
     options = _common.engine_options(a)
     os.makedirs(a.out, exist_ok=True)
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                                              seed=repeat_seed(a.seed, m, r), backend=a.backend,
                                              keep_sample=True, progress=False, **options)
             if est.failures:
-                raise InvalidArgument(f"{est.failures} pairs failed for m={m}; the mean of finite records cannot fail")
+                raise InvalidArgumentError(f"{est.failures} pairs failed for m={m}; the mean of finite records cannot fail")
             values[r] = [est.for_gamma(g).sensitivity for g in grid]
         stars = np.array([delta_star(g, a.n, a.rate) for g in grid])
         err = np.abs(values - stars)

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import raydp
     from raydp import oracles, targets
-    from raydp.errors import InvalidArgument, PlanError
+    from raydp.errors import InvalidArgumentError, PlanError
     from raydp.mechanisms import bernstein_approximation
     from raydp.plan import min_gamma
 
@@ -169,18 +169,18 @@ def main(argv: list[str] | None = None) -> int:
 
     a = make_parser().parse_args(argv)
     if a.paper and (a.m is not None or a.repeats is not None):
-        raise InvalidArgument("give --paper or --m/--repeats, not both")
+        raise InvalidArgumentError("give --paper or --m/--repeats, not both")
     m = M if a.paper or a.m is None else a.m
     repeats = PAPER_REPEATS if a.paper else (REPEATS if a.repeats is None else a.repeats)
     if repeats < 2:
-        raise InvalidArgument(f"--repeats must be >= 2 (a standard error is reported), got {repeats}")
+        raise InvalidArgumentError(f"--repeats must be >= 2 (a standard error is reported), got {repeats}")
     if a.n < 1 or not (a.bandwidth > 0 and math.isfinite(a.bandwidth)):
-        raise InvalidArgument(f"need --n >= 1 and a finite --bandwidth > 0, got n={a.n}, bandwidth={a.bandwidth}")
+        raise InvalidArgumentError(f"need --n >= 1 and a finite --bandwidth > 0, got n={a.n}, bandwidth={a.bandwidth}")
     if a.grid < 3:
-        raise InvalidArgument(f"--grid must be >= 3, got {a.grid}")
+        raise InvalidArgumentError(f"--grid must be >= 3, got {a.grid}")
     epsilons = sorted(dict.fromkeys(a.epsilons))
     if any(not (e > 0 and math.isfinite(e)) for e in epsilons):
-        raise InvalidArgument(f"--epsilons must be finite and > 0, got {epsilons}")
+        raise InvalidArgumentError(f"--epsilons must be finite and > 0, got {epsilons}")
     raydp.plan(m=m)  # m too small for any gamma: fail before any work
     gammas, skipped = [], []
     for g in dict.fromkeys(a.gammas):
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: gamma={g:g} skipped: m={m} pairs certify only gamma >= {min_gamma(m):.4g} "
               "(Theorem 15); raise --m to include it")
     if not gammas:
-        raise InvalidArgument(f"no requested gamma is admissible with m={m}; "
+        raise InvalidArgumentError(f"no requested gamma is admissible with m={m}; "
                               f"use gammas >= {min_gamma(m):.4g} or a larger --m")
     oracle = oracles.gaussian_mixture(list(WEIGHTS), list(MEANS), list(SPREADS), scale=a.scale)
     target = targets.kde(a.bandwidth)
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                                      backend=a.backend, progress=not a.quiet, store=uri, resume=True, **options)
     sampling_seconds = time.perf_counter() - t0
     if est.failures:
-        raise InvalidArgument(f"{est.failures} of {m} pairs failed; the KDE of finite records should never fail")
+        raise InvalidArgumentError(f"{est.failures} of {m} pairs failed; the KDE of finite records should never fail")
     estimates = {g: raydp.load_estimate(uri, gamma=g) for g in gammas}
     g_bound = global_sensitivity(a.n, a.bandwidth)
     _common.say(a, f"  sampled {m} pairs in {sampling_seconds:.1f} s (store {uri}); global bound {g_bound:.4g}; "

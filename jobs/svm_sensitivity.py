@@ -185,7 +185,7 @@ def write_parquet(rows: list[dict], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     import raydp
-    from raydp.errors import InvalidArgument, PlanError
+    from raydp.errors import InvalidArgumentError, PlanError
     from raydp.plan import min_gamma
 
     from _plots import save_table_markdown
@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     a = make_parser().parse_args(argv)
     dims = a.dims or list(PAPER_DIMS if a.paper else DEFAULT_DIMS)
     if a.dims and a.paper:
-        raise InvalidArgument("give --dims or --paper, not both")
+        raise InvalidArgumentError("give --dims or --paper, not both")
     if any(d < 1 for d in dims):
-        raise InvalidArgument(f"--dims must be positive integers, got {dims}")
+        raise InvalidArgumentError(f"--dims must be positive integers, got {dims}")
     dims = list(dict.fromkeys(dims))
     raydp.plan(m=a.m)  # m too small for any gamma: fail before any work
     gammas, skipped = [], []
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: gamma={g:g} skipped: m={a.m} pairs certify only gamma >= {min_gamma(a.m):.4g} "
               "(Theorem 15); raise --m to include it")
     if not gammas:
-        raise InvalidArgument(f"no requested gamma is admissible with m={a.m}; "
+        raise InvalidArgumentError(f"no requested gamma is admissible with m={a.m}; "
                               f"use gammas >= {min_gamma(a.m):.4g} or a larger --m")
     options = _common.engine_options(a)
     os.makedirs(a.out, exist_ok=True)

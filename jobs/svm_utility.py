@@ -200,23 +200,23 @@ def main(argv: list[str] | None = None) -> int:
 
     import raydp
     from raydp import oracles, targets
-    from raydp.errors import InvalidArgument
+    from raydp.errors import InvalidArgumentError
 
     from _plots import markdown_table
 
     a = make_parser().parse_args(argv)
     if a.paper and a.repeats is not None:
-        raise InvalidArgument("give --paper or --repeats, not both")
+        raise InvalidArgumentError("give --paper or --repeats, not both")
     repeats = PAPER_REPEATS if a.paper else (REPEATS if a.repeats is None else a.repeats)
     if repeats < 2:
-        raise InvalidArgument(f"--repeats must be >= 2 (a standard error is reported), got {repeats}")
+        raise InvalidArgumentError(f"--repeats must be >= 2 (a standard error is reported), got {repeats}")
     if a.n < 2 or a.d < 1 or a.test_size < 1:
-        raise InvalidArgument(f"need --n >= 2, --d >= 1, --test-size >= 1; got {a.n}, {a.d}, {a.test_size}")
+        raise InvalidArgumentError(f"need --n >= 2, --d >= 1, --test-size >= 1; got {a.n}, {a.d}, {a.test_size}")
     if not (a.C > 0 and math.isfinite(a.C)):
-        raise InvalidArgument(f"--C must be finite and > 0, got {a.C}")
+        raise InvalidArgumentError(f"--C must be finite and > 0, got {a.C}")
     epsilons = sorted(dict.fromkeys(a.epsilons))
     if any(not (e > 0 and math.isfinite(e)) for e in epsilons):
-        raise InvalidArgument(f"--epsilons must be finite and > 0, got {epsilons}")
+        raise InvalidArgumentError(f"--epsilons must be finite and > 0, got {epsilons}")
     plan_m = raydp.plan(gamma=a.gamma)                 # optimal m (Table 1, row 1)
     plan_k = raydp.plan(m=a.m_opt_k, gamma=a.gamma)    # fixed m, optimal k (row 3); PlanError if γ too small
 
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                                          **plan_args, **options)
         sampling_seconds += time.perf_counter() - t0
         if not math.isfinite(est.sensitivity):
-            raise InvalidArgument(f"{est.failures} of {p.m} pairs failed: the sampled sensitivity is infinite")
+            raise InvalidArgumentError(f"{est.failures} of {p.m} pairs failed: the sampled sensitivity is infinite")
         estimates[curve] = est
         _common.say(a, f"  {curve}: m={p.m}, k={p.k}, Δ̂ = {est.sensitivity:.4g} ({est.failures} failed pairs), store {uri}")
     bound = global_bound(a.d, a.C, a.n, a.bound)

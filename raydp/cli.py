@@ -314,6 +314,10 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_release)
 
+    c = sub.add_parser("cluster", help="a throw-away multi-node Ray cluster on this machine (loopback, token auth): "
+                                       "up [WORKERS] | status | env | kill-worker I | down", add_help=False)
+    c.add_argument("args", nargs=argparse.REMAINDER)
+
     led = sub.add_parser("ledger", help="inspect a privacy budget ledger")
     led_sub = led.add_subparsers(dest="ledger_cmd", required=True, parser_class=_Parser)
     ls = led_sub.add_parser("show", help="entries, spend, remaining budget and the composed (ε, δ, γ)")
@@ -324,6 +328,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["cluster"]:  # its own command line (raydp.local_cluster), passed through whole
+        from .local_cluster import main as cluster_main
+
+        return cluster_main(["--prog", "raydp cluster", *argv[1:]])
     parser = make_parser()
     try:
         args = parser.parse_args(argv)

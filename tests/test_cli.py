@@ -86,3 +86,12 @@ def test_estimate_show_release_round_trip(tmp_path, capsys):
     code = main(["release", "--estimate", store, "--data", str(data), "--target", "raydp.targets:median",
                  "--epsilon", "0.5"])
     assert code == 2 and "target" in capsys.readouterr().err
+
+
+def test_cluster_subcommand_is_the_local_cluster_command_line(capsys):
+    """`raydp cluster ...` hands its arguments to raydp.local_cluster (usage errors: exit 2, no traceback)."""
+    assert main(["cluster", "no-such-verb"]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and "raydp cluster up [WORKERS]" in out.out + out.err
+    assert main(["cluster", "help"]) == 0
+    assert "kill-worker" in capsys.readouterr().out

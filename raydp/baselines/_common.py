@@ -128,15 +128,6 @@ def default_grid(lower: float, upper: float, size: int) -> np.ndarray:
     return np.linspace(lower, upper, _check_int(size, "grid_size", min_value=2))
 
 
-def check_int(name: str, value, minimum: int) -> int:
-    """:func:`raydp.validation.check_int` with the arguments in the old order (name first).
-
-    Kept for :mod:`raydp.baselines.sample_aggregate`, whose Ray branch is being replaced; new code
-    calls ``raydp.validation.check_int(value, name, min_value=minimum)``.
-    """
-    return _check_int(value, name, min_value=minimum)
-
-
 def clamp(value: float, lower: float, upper: float) -> float:
     return float(min(max(value, lower), upper))
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from raydp import noise
 from raydp.errors import InvalidArgument, TargetError
+from raydp.validation import check_int
 
 from ._common import (
     EPS_DP,
@@ -41,7 +42,6 @@ from ._common import (
     check_bounds,
     check_data,
     check_epsilon,
-    check_int,
     clamp,
     default_grid,
 )
@@ -78,7 +78,7 @@ def block_values(x, f: Callable, blocks: int, *, backend: str = "ray", tasks: in
     ``"local"`` runs them here. ``f`` must map a 1-D array to a finite scalar and be picklable for Ray.
     """
     arr = check_data(x)
-    k = check_int("blocks", blocks, 1)
+    k = check_int(blocks, "blocks", min_value=1)
     if k > arr.size:
         raise InvalidArgument(f"blocks={k} exceeds the number of records n={arr.size}; every block needs a record")
     if not callable(f):
@@ -92,7 +92,7 @@ def block_values(x, f: Callable, blocks: int, *, backend: str = "ray", tasks: in
 
     engine = RayBackend()
     engine.connect()
-    t = 2 * cluster_cpus() if tasks is None else check_int("tasks", tasks, 1)
+    t = 2 * cluster_cpus() if tasks is None else check_int(tasks, "tasks", min_value=1)
     t = min(t, k)
     groups = [g.tolist() for g in np.array_split(np.arange(k), t)]
     values = np.empty(k, dtype=np.float64)
@@ -143,7 +143,7 @@ def sample_and_aggregate(x, f: Callable, epsilon: float, lower: float, upper: fl
     """
     lo, hi = check_bounds(lower, upper)
     arr = check_data(x)
-    k = max(1, arr.size // 10) if blocks is None else check_int("blocks", blocks, 1)
+    k = max(1, arr.size // 10) if blocks is None else check_int(blocks, "blocks", min_value=1)
     z = block_values(arr, f, k, backend=backend, tasks=tasks)
     r = widened_winsorized_mean(z, epsilon, lo, hi, widen=widen, grid=grid, grid_size=grid_size)
     return BaselineRelease(value=r.value, epsilon=r.epsilon, delta=0.0, notion=EPS_DP, method="sample_and_aggregate",

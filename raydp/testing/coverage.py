@@ -232,7 +232,7 @@ def sampler_coverage(target, oracle, n: int, cdf: Callable, *, runs: int, seed: 
     import time
 
     from raydp.plan import plan as make_plan
-    from raydp.reduce import kth_smallest
+    from raydp.engine.reduce import kth_smallest
     from raydp.sampler import estimate_sensitivity
 
     check_int(runs, "runs", min_value=1, expected="a positive integer")

@@ -192,15 +192,12 @@ def compute(backends=("local", "ray")) -> dict:
 
 def _start_ray():
     import ray
-    from ray._private import ray_constants
+
+    from raydp.engine.loopback import LOOPBACK_HOST, loopback_only
 
     os.environ.pop("RAY_ADDRESS", None)
-    saved = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved
+    with loopback_only():
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address=LOOPBACK_HOST, log_to_driver=False)
 
 
 if __name__ == "__main__":

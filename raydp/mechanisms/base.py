@@ -207,6 +207,15 @@ class Mechanism:
         raise NotImplementedError
 
     # -- the privacy curve --------------------------------------------------------------------------
+    def _add_noise(self, value, sensitivity: float, sampler) -> np.ndarray:
+        """``value`` + i.i.d. noise of ``noise_scale(sensitivity)`` per coordinate from ``sampler``
+        (one of :mod:`raydp.noise`'s OpenDP samplers), with ``value``'s shape."""
+        scale = self.noise_scale(sensitivity)
+        arr = as_float_array(value, "target output")
+        vec = arr.ravel()
+        require_finite(vec, "target output")
+        return sampler(vec, scale).reshape(arr.shape)
+
     def exact_privacy(self, value, value_prime, sensitivity: float, *, claim=None) -> dict:
         """The exact ε at the claimed δ and δ at the claimed ε of this mechanism on one pair.
 

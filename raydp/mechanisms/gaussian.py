@@ -17,12 +17,10 @@ from raydp.errors import MechanismError
 
 from .base import (
     Mechanism,
-    as_float_array,
     check_delta,
     check_epsilon,
     check_sensitivity,
     epsilon_at,
-    require_finite,
 )
 
 __all__ = ["Gaussian", "analytic_gaussian_sigma"]
@@ -149,11 +147,7 @@ class Gaussian(Mechanism):
 
     def release(self, value, sensitivity: float) -> np.ndarray:
         """``value`` + N(0, σ²) noise, with ``value``'s shape."""
-        scale = self.noise_scale(sensitivity)
-        arr = as_float_array(value, "target output")
-        vec = arr.ravel()
-        require_finite(vec, "target output")
-        return noise.gaussian(vec, scale).reshape(arr.shape)
+        return self._add_noise(value, sensitivity, noise.gaussian)
 
     def exact_privacy(self, value, value_prime, sensitivity: float, *, claim=None) -> dict:
         """Exact δ(ε) and ε(δ) on a pair: Balle & Wang's δ(ε) with ``r = σ/‖d‖₂``, ε(δ) its root in ε.

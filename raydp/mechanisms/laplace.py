@@ -8,7 +8,7 @@ import numpy as np
 
 from raydp import noise
 
-from .base import Mechanism, as_float_array, check_sensitivity, require_finite
+from .base import Mechanism, check_sensitivity
 
 __all__ = ["Laplace"]
 
@@ -45,11 +45,7 @@ class Laplace(Mechanism):
 
     def release(self, value, sensitivity: float) -> np.ndarray:
         """``value`` + Laplace(Δ/ε) noise, with ``value``'s shape."""
-        scale = self.noise_scale(sensitivity)
-        arr = as_float_array(value, "target output")
-        vec = arr.ravel()
-        require_finite(vec, "target output")
-        return noise.laplace(vec, scale).reshape(arr.shape)
+        return self._add_noise(value, sensitivity, noise.laplace)
 
     def exact_privacy(self, value, value_prime, sensitivity: float, *, claim=None) -> dict:
         """Exact ε(δ) and δ(ε) on a pair that differs in one coordinate by d (else both None).

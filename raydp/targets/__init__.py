@@ -28,7 +28,7 @@ from raydp.errors import TargetError
 
 from .kde import KDE, KDEFunction, kde
 from .statistics import Mean, Median, Quantile, mean, median, quantile
-from .svm import DEFAULT_SVM_MAX_ITER, DEFAULT_SVM_TOL, SVM, svm
+from .svm import DEFAULT_SVM_MAX_ITER, DEFAULT_SVM_TOL, SVM, svm  # noqa: F401  (DEFAULT_* named on the CLI)
 
 __all__ = [
     "mean",

@@ -58,7 +58,7 @@ import numpy as np
 
 import raydp
 from raydp import oracles, targets
-from raydp.engine.blocks import BlockLayout, block_rng, default_block_size
+from raydp.engine.blocks import BlockLayout, BlockResult, PairJob, block_rng, default_block_size
 
 SECTIONS = ("cheap", "svm", "scaling", "overheads")
 
@@ -93,21 +93,72 @@ def limit_loop(n: int, m: int, k: int, seed: int, block_size: int) -> float:
     """(d) The one-core limit for the mean of Exp(1): the same draws and means, vectorised by hand.
 
     Only what the answer needs: per block one generator, one draw, the means of D (a view) and of
-    D′ (written contiguous, so numpy sums each row in the same order as the serial loop does).
+    D′ (written contiguous, so numpy sums each row in the same order as the serial loop does). D′
+    goes into one buffer allocated once, as a careful hand-written loop would: a fresh D′ per block
+    is fresh pages, whose faults cost 3-4x the copy at n = 1000 (the limit loop of the 2026-11-22
+    README allocated it per block and so measured slower than the limit).
     """
     keep = m - k + 1
     top = np.empty(0)
+    d_prime = np.empty((block_size, n))
     for b in BlockLayout(m, block_size).blocks():
         p = min(block_size, m - b * block_size)
         x = block_rng(seed, b).exponential(1.0, size=block_size * (n + 1))[: p * (n + 1)].reshape(p, n + 1)
-        d_prime = np.empty((p, n))
-        d_prime[:, : n - 1] = x[:, : n - 1]
-        d_prime[:, n - 1] = x[:, n]
-        g = np.abs(x[:, :n].mean(axis=1) - d_prime.mean(axis=1))
+        dp = d_prime[:p]
+        dp[:, : n - 1] = x[:, : n - 1]
+        dp[:, n - 1] = x[:, n]
+        g = np.abs(x[:, :n].mean(axis=1) - dp.mean(axis=1))
         top = np.concatenate([top, g])
         if top.size > keep:
             top = np.partition(top, top.size - keep)[top.size - keep:]
     return float(top.min())
+
+
+def draw_floor(n: int, m: int, seed: int, block_size: int) -> int:
+    """(e) The true floor: draw every block's records and nothing else (no D′, no target, no reduce).
+
+    Every runner must at least do this; returns the number of records drawn.
+    """
+    drawn = 0
+    for b in BlockLayout(m, block_size).blocks():
+        drawn += block_rng(seed, b).exponential(1.0, size=block_size * (n + 1)).size
+    return drawn
+
+
+def breakdown(n: int, m: int, k: int, seed: int, block_size: int, repeats: int = 3) -> dict:
+    """Where an in-process run's time goes, phase by phase, over the same blocks and with the engine's
+    own code (:class:`raydp.engine.blocks.PairJob`): seconds per run for the generators and draws,
+    the D′ copy, the target and norm, compaction + reduce, and the per-run fixed cost (plan, probe,
+    identity: an estimate of 10 pairs). Median of ``repeats``."""
+    from raydp.engine.reduce import Reducer
+
+    keep = m - k + 1
+    job = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), n, m, seed, block_size, 1)
+    runs = []
+    for _ in range(repeats):
+        t = dict(draw=0.0, copy=0.0, target=0.0, reduce=0.0)
+        reducer = Reducer(job.layout, keep, keep_sample=False)
+        clock = time.perf_counter
+        for b in job.layout.blocks():
+            t0 = clock()
+            records, start = job.draw(b)
+            t1 = clock()
+            d, d_prime = job.neighbours(records)
+            t2 = clock()
+            g = job._g_batched(d, d_prime, start, {})
+            t3 = clock()
+            del d, d_prime  # as in run_block: the scratch D′ is free again for the next block
+            reducer.add(BlockResult(b, start, g, 0).compacted(keep))
+            t4 = clock()
+            t["draw"] += t1 - t0
+            t["copy"] += t2 - t1
+            t["target"] += t3 - t2
+            t["reduce"] += t4 - t3
+        t0 = clock()
+        estimate(n, 10, 10, seed, "local")
+        t["fixed"] = clock() - t0
+        runs.append(t)
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
 class ColdSVM:
@@ -177,18 +228,29 @@ def rate(x: float) -> str:
 
 
 # ----------------------------------------------------------------------------- sections
+def spread(values) -> dict:
+    """Median, min and max of per-repeat values (ratios taken within one repeat)."""
+    values = sorted(values)
+    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "values": values}
+
+
 def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
-    """One row of the cheap section: (a)-(d) for one (n, m), and the equality check."""
+    """One row of the cheap section: (a)-(e) for one (n, m), the equality check, the per-repeat
+    ratios (b)/(d) and (b)/(e) with their spread, and where the in-process run's time goes."""
     serial_m = m if args.serial_max is None else min(m, args.serial_max)
     if m > args.m_big:  # the extra Ray row: the serial loop is timed on a prefix of m_big pairs
         serial_m = min(serial_m, args.m_big)
     t_a, g_a = timed(lambda: serial_loop(targets.mean(), oracles.exponential(1.0), n, serial_m,
                                          serial_m if serial_m < m else k, args.seed, bs))
-    # (d), (b) and (c) take turns, repeat after repeat, so that a drift in the machine's speed (this
-    # is a shared VM) hits all three alike; each keeps its median.
-    runs = {"d": lambda: limit_loop(n, m, k, args.seed, bs),
+    # (e), (d), (b) and (c) take turns, repeat after repeat, so that a drift in the machine's speed
+    # (this is a shared VM) hits all of them alike; each keeps its median, and the ratios are taken
+    # within a repeat (neighbours in time) before their median and spread.
+    runs = {"e": lambda: draw_floor(n, m, args.seed, bs),
+            "d": lambda: limit_loop(n, m, k, args.seed, bs),
             "b": lambda: estimate(n, m, k, args.seed, "local"),
             "c": lambda: estimate(n, m, k, args.seed, "ray")}
+    if args.no_ray:
+        del runs["c"]
     if m < 10**6:
         for fn in runs.values():  # warm-up (caches, Ray workers); long runs need none
             fn()
@@ -199,8 +261,9 @@ def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
             t0 = time.perf_counter()
             out[key] = fn()
             times[key].append(time.perf_counter() - t0)
-    t_d, t_b, t_c = (statistics.median(times[key]) for key in "dbc")
-    g_d, est_b, est_c = out["d"], out["b"], out["c"]
+    med = {key: statistics.median(v) for key, v in times.items()}
+    g_d, est_b = out["d"], out["b"]
+    est_c = out.get("c", est_b)
     if serial_m < m:  # serial timed on a prefix; its Δ̂ is checked against (b) on that prefix
         ref = estimate(n, serial_m, serial_m, args.seed, "local", block_size=bs).sensitivity
         serial_equal = ref == g_a
@@ -209,16 +272,23 @@ def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
         serial_equal = True
         g_ref = g_a
     row = {
-        "n": n, "m": m, "k": k, "block_size": bs, "serial_pairs": serial_m,
-        "a_pairs_per_s": serial_m / t_a, "b_pairs_per_s": m / t_b, "c_pairs_per_s": m / t_c,
-        "d_pairs_per_s": m / t_d,
+        "n": n, "m": m, "k": k, "block_size": bs, "blocks": BlockLayout(m, bs).count, "serial_pairs": serial_m,
+        "repeats": args.repeats,
+        "a_pairs_per_s": serial_m / t_a, "b_pairs_per_s": m / med["b"],
+        "c_pairs_per_s": m / med["c"] if "c" in med else None,
+        "d_pairs_per_s": m / med["d"], "e_pairs_per_s": m / med["e"],
         "delta": est_b.sensitivity,
         "equal": bool(serial_equal and est_b.sensitivity == g_ref and est_c.sensitivity == g_ref
                    and g_d == g_ref),
+        "seconds": times,
     }
     row["b_over_a"] = row["b_pairs_per_s"] / row["a_pairs_per_s"]
     row["b_over_d"] = row["b_pairs_per_s"] / row["d_pairs_per_s"]
-    row["c_over_b"] = row["c_pairs_per_s"] / row["b_pairs_per_s"]
+    row["b_over_e"] = row["b_pairs_per_s"] / row["e_pairs_per_s"]
+    row["c_over_b"] = row["c_pairs_per_s"] / row["b_pairs_per_s"] if "c" in med else None
+    row["b_over_d_spread"] = spread([d / b for d, b in zip(times["d"], times["b"])])
+    row["b_over_e_spread"] = spread([e / b for e, b in zip(times["e"], times["b"])])
+    row["breakdown_s"] = breakdown(n, m, k, args.seed, bs)
     return row
 
 
@@ -233,7 +303,8 @@ def section_cheap(args, cores: int) -> dict:
             row = cheap_row(args, n, m, k, bs)
             rows.append(row)
             say(args, f"  (a) {rate(row['a_pairs_per_s'])}/s (b) {rate(row['b_pairs_per_s'])}/s "
-                      f"(c) {rate(row['c_pairs_per_s'])}/s (d) {rate(row['d_pairs_per_s'])}/s equal={row['equal']}")
+                      f"(c) {rate(row['c_pairs_per_s'] or 0)}/s (d) {rate(row['d_pairs_per_s'])}/s "
+                      f"(e) {rate(row['e_pairs_per_s'])}/s equal={row['equal']}")
     goals = []
     for r in rows:
         goals.append({"goal": f"n={r['n']} m={r['m']}: (b)/(d) >= 0.8", "value": r["b_over_d"], "ok": r["b_over_d"] >= 0.8})
@@ -241,17 +312,30 @@ def section_cheap(args, cores: int) -> dict:
             goals.append({"goal": "n=100: (b)/(a) >= 10", "value": r["b_over_a"], "ok": r["b_over_a"] >= 10})
         if r["n"] == 10 and r["m"] == m_small.m:
             goals.append({"goal": "n=10: (b)/(a) >= 50", "value": r["b_over_a"], "ok": r["b_over_a"] >= 50})
-        if r["m"] >= 10**6:
+        if r["m"] >= 10**6 and r["c_over_b"] is not None:
             goals.append({"goal": f"n={r['n']} m={r['m']}: (c)/(b) >= 0.8 x {cores} cores",
                               "value": r["c_over_b"], "ok": r["c_over_b"] >= 0.8 * cores})
         goals.append({"goal": f"n={r['n']} m={r['m']}: every Δ̂ equals the serial loop's", "value": r["equal"],
                           "ok": r["equal"]})
+
+    def sp(d):
+        return f"{d['median']:.2f} [{d['min']:.2f}–{d['max']:.2f}]"
+
     md = table(
         ["n", "m", "block", "(a) serial pairs/s", "(b) raydp local", "(c) raydp Ray", "(d) numpy limit",
-         "(b)/(a)", "(b)/(d)", "(c)/(b)", "Δ̂ equal"],
+         "(e) draw only", "(b)/(a)", "(b)/(d) median [min–max]", "(b)/(e) median [min–max]", "(c)/(b)", "Δ̂ equal"],
         [[r["n"], r["m"], r["block_size"], rate(r["a_pairs_per_s"]), rate(r["b_pairs_per_s"]),
-          rate(r["c_pairs_per_s"]), rate(r["d_pairs_per_s"]), f"{r['b_over_a']:.1f}×", f"{r['b_over_d']:.2f}",
-          f"{r['c_over_b']:.2f}", "yes" if r["equal"] else "NO"] for r in rows])
+          rate(r["c_pairs_per_s"]) if r["c_pairs_per_s"] else "–", rate(r["d_pairs_per_s"]),
+          rate(r["e_pairs_per_s"]), f"{r['b_over_a']:.1f}×", sp(r["b_over_d_spread"]), sp(r["b_over_e_spread"]),
+          f"{r['c_over_b']:.2f}" if r["c_over_b"] else "–", "yes" if r["equal"] else "NO"] for r in rows])
+    md += (f"\n\nRatios: per repeat ({args.repeats} interleaved repeats), then median [min–max]. "
+           "Where an in-process run's time goes (ms per run, engine code phase by phase over the same "
+           "blocks, median of 3; fixed = plan + probe + identity, an estimate of 10 pairs):\n\n")
+    md += table(["n", "m", "blocks", "draw", "D′ copy", "target + norm", "compact + reduce", "fixed per run",
+                 "draw share"],
+                [[r["n"], r["m"], r["blocks"]] + [f"{1e3 * r['breakdown_s'][key]:.1f}"
+                                                  for key in ("draw", "copy", "target", "reduce", "fixed")]
+                 + [f"{r['breakdown_s']['draw'] / sum(r['breakdown_s'].values()):.0%}"] for r in rows])
     return {"rows": rows, "goals": goals, "markdown": md}
 
 
@@ -485,6 +569,7 @@ def main(argv=None) -> int:
     ap.add_argument("--svm-repeats", type=int, default=1)
     ap.add_argument("--scaling-ms", type=int, nargs="+", default=[10**4, 10**5, 10**6, 10**7])
     ap.add_argument("--overhead-tasks", type=int, default=200)
+    ap.add_argument("--no-ray", action="store_true", help="cheap section without the Ray column (c)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a plumbing check, not a measurement")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)

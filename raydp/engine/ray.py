@@ -28,7 +28,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import EngineError, InvalidArgumentError, TargetError
@@ -38,6 +38,48 @@ from .local import groups_of
 from .loopback import LOOPBACK_HOST, loopback_only
 
 _remote_cache: dict = {}
+
+
+@dataclass
+class DriverStats:
+    """Where the driver's time went in one :meth:`RayBackend.imap` call (diagnostics for tuning and
+    ``jobs/scale_sim.py``; a few clock reads per task). ``last_stats()`` returns the latest one.
+
+    Wall time splits into ``submit_s`` (``task.remote``), ``wait_s`` (blocked in ``ray.wait``: the
+    driver idle), ``get_s`` (``ray.get``: fetching and deserialising results) and ``consumer_s`` (the
+    caller's work between two results: reducer, store, progress); the rest is loop bookkeeping.
+    ``submitted`` / ``done`` are per-task times (seconds from the start, in submission and completion
+    order), ``busy_s`` the block seconds reported by the tasks (the sampler's blocks only).
+    """
+
+    slots: int = 0
+    in_flight_cap: int = 0
+    groups: int = 0
+    results: int = 0
+    wall_s: float = 0.0
+    submit_s: float = 0.0
+    wait_s: float = 0.0
+    wait_calls: int = 0
+    get_s: float = 0.0
+    consumer_s: float = 0.0
+    busy_s: float = 0.0
+    submitted: list = field(default_factory=list)
+    done: list = field(default_factory=list)
+
+    def to_dict(self, timeline: bool = False) -> dict:
+        d = {k: getattr(self, k) for k in ("slots", "in_flight_cap", "groups", "results", "wall_s", "submit_s",
+                                           "wait_s", "wait_calls", "get_s", "consumer_s", "busy_s")}
+        if timeline:
+            d.update(submitted=list(self.submitted), done=list(self.done))
+        return d
+
+
+_last_stats: list = [None]
+
+
+def last_stats() -> DriverStats | None:
+    """The :class:`DriverStats` of the latest ``imap``/``run`` in this process (None before any)."""
+    return _last_stats[0]
 
 
 def _remote(fn: Callable):
@@ -184,16 +226,27 @@ class RayBackend:
         pending = list(reversed(groups))  # pop() from the end submits groups in order
         in_flight: dict = {}
         deadline: dict = {}
+        stats = DriverStats(slots=slots, in_flight_cap=in_flight_cap, groups=len(groups))
+        _last_stats[0] = stats
+        clock = time.perf_counter
+        t_start = clock()
         try:
             while pending or in_flight:
-                while pending and len(in_flight) < in_flight_cap:
-                    group = pending.pop()
-                    ref = task.remote(shared_ref, group, *args)
-                    in_flight[ref] = group
-                    if self.task_timeout is not None:
-                        deadline[ref] = time.monotonic() + self.task_timeout
+                if pending and len(in_flight) < in_flight_cap:
+                    t0 = clock()
+                    while pending and len(in_flight) < in_flight_cap:
+                        group = pending.pop()
+                        ref = task.remote(shared_ref, group, *args)
+                        in_flight[ref] = group
+                        stats.submitted.append(clock() - t_start)
+                        if self.task_timeout is not None:
+                            deadline[ref] = time.monotonic() + self.task_timeout
+                    stats.submit_s += clock() - t0
                 wait = None if self.task_timeout is None else max(0.0, min(deadline.values()) - time.monotonic())
+                t0 = clock()
                 done, _ = ray.wait(list(in_flight), num_returns=1, timeout=wait)
+                stats.wait_s += clock() - t0
+                stats.wait_calls += 1
                 if not done:
                     now = time.monotonic()
                     for ref in [r for r, t in deadline.items() if t <= now]:
@@ -203,11 +256,15 @@ class RayBackend:
                         if expired is None:
                             raise EngineError(f"{what} {group[0]}..{group[-1]}: task ran over "
                                               f"task_timeout={self.task_timeout:g} s")
+                        stats.done.append(clock() - t_start)
+                        t0 = clock()
                         yield group, expired(group)
+                        stats.consumer_s += clock() - t0
                     continue
                 for ref in done:
                     group = in_flight.pop(ref)
                     deadline.pop(ref, None)
+                    t0 = clock()
                     try:
                         result = ray.get(ref)
                     except RayTaskError as exc:
@@ -219,8 +276,14 @@ class RayBackend:
                             f"worker's task up to {self.max_retries} times); the run stops rather than return "
                             "fewer than m pairs. Rerun with a store and resume=True to keep finished blocks."
                         ) from exc
+                    t1 = clock()
+                    stats.get_s += t1 - t0
+                    stats.done.append(t1 - t_start)
+                    stats.results += 1
                     yield group, result
+                    stats.consumer_s += clock() - t1
         finally:
+            stats.wall_s = clock() - t_start
             for ref in in_flight:
                 ray.cancel(ref, force=False)
 
@@ -249,4 +312,6 @@ class RayBackend:
 
         for _, results in self.imap(_run_group, job, groups_of(blocks, group_size), compact,
                                     expired=timed_out, what="blocks"):
+            stats = _last_stats[0]
+            stats.busy_s += sum(r.seconds for r in results)
             yield from results

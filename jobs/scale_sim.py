@@ -1,0 +1,830 @@
+"""Scale past one machine: a wide cluster simulated on this one, a cost model, a projection to 1 000 cores.
+
+This machine has 2 cores, but a Ray node can declare more CPUs than it has, and a target that
+*waits* (``time.sleep``) instead of computing costs no CPU. So a few loopback nodes declaring many
+CPUs each (8 → 64 logical slots) measure the engine's own overheads — the driver, the scheduler,
+the reducer, the store — at a width the hardware could not give. Everything is the real thing:
+:class:`raydp.local_cluster.LocalCluster` nodes (separate raylets and object stores, token auth, on
+127.0.0.1), ``raydp.estimate_sensitivity(..., backend=raydp.RayBackend(address=...), store=...)``.
+
+    python jobs/scale_sim.py                        # ≈ 20 min: widths 8 16 32 64, pairs of 10 ms, 100 ms, 1 s
+    python jobs/scale_sim.py --quick --out /tmp/s   # one 4-slot cluster, tiny runs: the plumbing in ~1 min
+    python jobs/scale_sim.py --project-only         # model + projection again from jobs/results/scale_sim.json
+
+Per width it starts one cluster (``--nodes`` nodes of width/nodes CPUs), one driver process (so its
+CPU time and peak RSS are its own), warms every slot's worker up, then runs, ``--repeats`` times in
+turn:
+
+- ``default``: what a user gets — the default block size and grouping — for each pair cost, m sized
+  so that the ideal run lasts ``--seconds`` (16 pairs per slot for 1 s pairs);
+- ``1pair``: one pair per block and per task (the per-task cost regime);
+- ``g8`` / ``g32``: one pair per block, 8 or 32 blocks per task (the per-result regime);
+- ``null``: one zero-cost pair per slot (the fixed cost of a run with warm workers);
+- ``inflight``: as ``1pair`` at 10 ms, with 2 000 tasks in flight (a 1 000-slot driver's bookkeeping).
+
+For each run: pairs/s against the ideal slots/t_pair, efficiency, driver CPU (all its threads) per
+task and per block result, CPU of the raylets, GCS and workers, the host's CPU, where the driver's
+wall time went (:class:`raydp.engine.ray.DriverStats`), slot time lost in the tail, bytes returned
+per task and the object store's counters, and the driver's peak RSS. Then a least-squares fit of
+driver CPU = c_task·tasks + c_result·results + c_idle·wall gives the model's costs (see
+:func:`predict`), the model is checked against every simulated run, and the paper's SVM
+(n = 1000, d = 8; per-pair cost measured here with ``raydp.targets.svm``) is projected to 100 and
+1 000 cores at γ = 0.05, 0.01, 0.001. Results: ``scale_sim.{json,md,png}`` in ``--out``.
+
+Memory: each slot is a Ray worker process (≈ 100 MB RSS once it has imported raydp, numpy, pyarrow,
+scipy and sklearn); 64 slots are ≈ 6-7 GB. The nodes get RAY_worker_maximum_startup_concurrency=2
+(not one start-up per declared CPU at once on 2 real cores), RAY_worker_register_timeout_seconds=600
+(a start-up may queue for minutes), a 100 MB object store each (the job and results are tiny) and
+RAY_memory_monitor_refresh_ms=0 (the OOM killer would act on the whole shared VM's memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import pickle
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+NODE_ENV = {
+    "RAY_worker_maximum_startup_concurrency": "2",
+    "RAY_worker_register_timeout_seconds": "600",
+    "RAY_memory_monitor_refresh_ms": "0",
+}
+OBJECT_STORE_BYTES = 100_000_000
+SIM_N = 10  # records per database of the waiting target (drawn, as always, but cheap)
+SVM = dict(n=1000, dim=8, C=3.0)
+GAMMAS = (0.05, 0.01, 0.001)
+PROJECT_CORES = (100, 1000)
+
+
+# ----------------------------------------------------------------------------- the waiting target
+class Sleeper:
+    """A target that waits ``seconds`` per pair and uses no CPU while it does; G is the |Δ| of the means."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+
+    def __call__(self, database):
+        return np.mean(np.asarray(database, dtype=np.float64), axis=0)
+
+    def pair(self, d, d_prime):
+        if self.seconds > 0:
+            time.sleep(self.seconds)
+        return self(d), self(d_prime)
+
+    def identity(self) -> dict:
+        return {"name": "sleeper", "params": {"seconds": self.seconds}}
+
+
+# ----------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class Costs:
+    """The model's parameters, all in seconds.
+
+    c_task     driver CPU per task (submit, wait, get, Ray's owner-side bookkeeping)
+    c_result   driver CPU per block result (deserialise, reducer, store, progress)
+    c_inflight driver CPU per task per task in flight (``ray.wait`` looks at every pending ref)
+    o_task     slot time per task beyond its pairs (lease, push, fetch and deserialise the job,
+               return the result)
+    fixed      wall time of a run around its tasks with warm workers (probe, put, first lease, store)
+    driver_share  the share of one core the driver may spend (1: a core of its own)
+    """
+
+    c_task: float
+    c_result: float
+    c_inflight: float
+    o_task: float
+    fixed: float
+    driver_share: float = 1.0
+
+
+def layout(m: int, block_size: int, slots: int, group_size: int | None = None, per_slot: int = 4) -> tuple[int, int, int]:
+    """(blocks, blocks per task, tasks) — the Ray backend's default grouping: about ``per_slot`` tasks per slot."""
+    blocks = -(-m // block_size)
+    g = group_size or max(1, -(-blocks // (per_slot * slots)))
+    return blocks, g, -(-blocks // g)
+
+
+def driver_seconds_per_task(c: Costs, g: int, in_flight: int) -> float:
+    """d = c_task + g·c_result + c_inflight·in_flight: the driver's time per task of g blocks."""
+    return c.c_task + g * c.c_result + c.c_inflight * in_flight
+
+
+def max_slots(c: Costs, t_pair: float, block_size: int, g: int, in_flight_per_slot: float = 2.0) -> float:
+    """The largest number of slots one driver keeps busy: S with S·d(S) = τ·driver_share.
+
+    τ = g·b·t_pair + o_task is a task's slot time; while it runs the driver must handle the S − 1
+    other tasks' completions, each costing d(S) = c_task + g·c_result + c_inflight·(in_flight_per_slot·S).
+    Solves c_inflight·k·S² + (c_task + g·c_result)·S − τ·share = 0.
+    """
+    tau = g * block_size * t_pair + c.o_task
+    a = c.c_inflight * in_flight_per_slot
+    b = c.c_task + g * c.c_result
+    if a <= 0:
+        return tau * c.driver_share / b
+    return (-b + math.sqrt(b * b + 4 * a * tau * c.driver_share)) / (2 * a)
+
+
+def predict(c: Costs, m: int, t_pair: float, block_size: int, slots: int, group_size: int | None = None,
+            max_in_flight: int | None = None, cv_task: float = 0.0) -> dict:
+    """Wall time and efficiency of one run.
+
+    wall = fixed + max(W·τ + τ·cv·√(2 ln S'),  T·d + τ),  W = ⌈T / S'⌉,  S' = min(S, T)
+
+    T tasks of τ seconds each run in W waves on S' slots (the last one partly empty when T is not a
+    multiple of S'; with task times of relative spread cv the slowest of S' adds ≈ cv·√(2 ln S')
+    task times), unless the driver, at d seconds per task, cannot complete them that fast (T·d).
+    Efficiency = m·t_pair / (S·wall): the share of slot time spent in pairs.
+    """
+    blocks, g, tasks = layout(m, block_size, slots, group_size)
+    in_flight = min(tasks, max_in_flight or 2 * slots)
+    tau = g * block_size * t_pair + c.o_task
+    d = driver_seconds_per_task(c, g, in_flight) / c.driver_share
+    s_used = min(slots, tasks)
+    waves = -(-tasks // s_used)
+    slot_bound = waves * tau + tau * cv_task * math.sqrt(2 * math.log(max(s_used, 1)))
+    driver_bound = tasks * d + tau
+    wall = c.fixed + max(slot_bound, driver_bound)
+    return {"blocks": blocks, "group": g, "tasks": tasks, "tau_s": tau, "driver_s_per_task": d,
+            "max_slots": max_slots(c, t_pair, block_size, g), "wall_s": wall,
+            "bound": "driver" if driver_bound > slot_bound else ("tasks" if tasks < slots else "slots"),
+            "efficiency": m * t_pair / (slots * wall)}
+
+
+def recommended_block_size(c: Costs, m: int, t_pair: float, slots: int, n: int, cv_pair: float = 0.0) -> int:
+    """The block size with the best projected efficiency on ``slots`` (the larger on a tie), within the
+    default's records-per-block cap (65 536 records). Passing it changes the run's identity (another,
+    equally valid sample); the default block size never depends on the cluster."""
+    from raydp.engine.blocks import _RECORDS_PER_BLOCK
+
+    cap = max(1, _RECORDS_PER_BLOCK // (n + 1))
+    best, best_e = 1, -1.0
+    for bs in range(1, min(cap, m) + 1):
+        g = layout(m, bs, slots)[1]
+        e = predict(c, m, t_pair, bs, slots, cv_task=cv_pair / math.sqrt(g * bs))["efficiency"]
+        if e >= best_e - 1e-12:
+            best, best_e = bs, e
+    return best
+
+
+def fit_costs(runs: list[dict]) -> dict:
+    """Least squares: driver CPU = c_run + c_task·tasks + c_result·results + c_idle·wall over the runs."""
+    a = np.array([[1.0, r["tasks"], r["results"], r["wall_s"]] for r in runs], dtype=float)
+    y = np.array([r["driver_cpu_s"] for r in runs], dtype=float)
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    resid = y - a @ coef
+    return {"c_run": float(coef[0]), "c_task": float(coef[1]), "c_result": float(coef[2]), "c_idle": float(coef[3]),
+            "r2": float(1 - (resid @ resid) / max(((y - y.mean()) @ (y - y.mean())), 1e-30)),
+            "rel_err_median": float(np.median(np.abs(resid) / np.maximum(y, 1e-9)))}
+
+
+# ----------------------------------------------------------------------------- /proc helpers
+def _stat(pid: int) -> tuple[str, float] | None:
+    """(comm, CPU seconds) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    comm = s[s.index("(") + 1:s.rindex(")")]
+    rest = s[s.rindex(")") + 2:].split()
+    return comm, (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cmd0(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kind(pid: int, comm: str) -> str:
+    if comm == "raylet":
+        return "raylet"
+    if comm == "gcs_server":
+        return "gcs"
+    if _cmd0(pid).startswith("ray::") and "Agent" not in _cmd0(pid):
+        return "workers"
+    return "other"
+
+
+def cluster_cpu(sids: list[int]) -> dict:
+    """CPU seconds so far of the cluster's processes, by kind, keyed by pid."""
+    from raydp.local_cluster import session_pids
+
+    out = {}
+    for pid in session_pids(sids, descendants=True):
+        st = _stat(pid)
+        if st is not None and pid != os.getpid():
+            out[pid] = (_kind(pid, st[0]), st[1])
+    return out
+
+
+def cpu_delta(before: dict, after: dict) -> dict:
+    kinds = {"raylet": 0.0, "gcs": 0.0, "workers": 0.0, "other": 0.0}
+    for pid, (kind, t) in after.items():
+        kinds[kind] += t - (before[pid][1] if pid in before else 0.0)
+    return kinds
+
+
+def host_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine (every user of this shared VM)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def vm_hwm_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
+def reset_hwm() -> None:
+    """Reset this process's peak RSS (Linux: "5" to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def object_store_counters() -> dict:
+    """Ray's object store summary (plasma use, objects consumed by tasks, spilled), best effort."""
+    import re
+
+    try:
+        from ray._private.internal_api import memory_summary
+
+        text = memory_summary(stats_only=True)
+    except Exception as exc:  # a private API: report, do not fail
+        return {"error": type(exc).__name__}
+    out = {}
+    for key, pat in (("plasma_mib", r"Plasma memory usage (\d+) MiB"), ("objects", r"MiB, (\d+) objects"),
+                     ("consumed_mib", r"Objects consumed by Ray tasks: (\d+) MiB"),
+                     ("spilled_mib", r"Spilled (\d+) MiB")):
+        found = re.search(pat, text)
+        out[key] = int(found.group(1)) if found else 0
+    return out
+
+
+def tail_loss(submitted: list, done: list, slots: int, end: float) -> float:
+    """Slot-seconds idle after the last submission: ∫ (S − min(in flight, S)) dt from then to ``end``."""
+    if not submitted:
+        return 0.0
+    t_last = max(submitted)
+    events = sorted([(t, 1) for t in submitted] + [(t, -1) for t in done])
+    level, t_prev, lost = 0, None, 0.0
+    for t, step in events:
+        if t_prev is not None and t_prev >= t_last:
+            lost += (slots - min(level, slots)) * (t - t_prev)
+        elif t_prev is not None and t > t_last:
+            lost += (slots - min(level, slots)) * (t - t_last)
+        level += step
+        t_prev = t
+    if t_prev is not None and end > t_prev:
+        lost += (slots - min(level, slots)) * (end - max(t_prev, t_last))
+    return lost
+
+
+# ----------------------------------------------------------------------------- the driver process
+def plan_runs(slots: int, pair_costs: list[float], seconds: float, quick: bool) -> list[dict]:
+    runs = []
+    for t in pair_costs:
+        per_slot = 16 if t >= 1 else max(1, round(seconds / t))
+        runs.append(dict(kind="default", t_pair=t, m=slots * per_slot))
+    for t in pair_costs:
+        per_slot = 16 if t >= 1 else max(1, round(seconds / t))
+        runs.append(dict(kind="1pair", t_pair=t, m=min(200 if quick else 2000, slots * per_slot), block_size=1,
+                         group_size=1))
+    t_small = min(pair_costs)
+    for g in (8, 32):
+        runs.append(dict(kind=f"g{g}", t_pair=t_small, m=4 * slots * g, block_size=1, group_size=g))
+    runs.append(dict(kind="null", t_pair=0.0, m=max(2, slots), block_size=1, group_size=1))
+    runs.append(dict(kind="inflight", t_pair=t_small, m=200 if quick else 2000, block_size=1, group_size=1,
+                     max_in_flight=2000))
+    return runs
+
+
+def result_bytes(block_size: int, group: int) -> int:
+    """Pickled size of one task's return value (``group`` full block results of ``block_size`` G)."""
+    from raydp.engine.blocks import BlockResult
+
+    results = [BlockResult(i, i * block_size, np.random.default_rng(i).random(block_size), 0, {}, 0.1)
+               for i in range(group)]
+    return len(pickle.dumps(results, protocol=5))
+
+
+def run_one(cfg: dict, address: str, sids: list[int], store_root: str, seed: int) -> dict:
+    import raydp
+    from raydp import oracles
+    from raydp.engine import ray as ray_engine
+    from raydp.engine.blocks import default_block_size
+
+    backend = raydp.RayBackend(address=address, group_size=cfg.get("group_size"),
+                               max_in_flight=cfg.get("max_in_flight"))
+    slots = backend.slots()
+    m = cfg["m"]
+    bs = cfg.get("block_size") or default_block_size(SIM_N, m)
+    store = os.path.join(store_root, f"{cfg['kind']}-{cfg['t_pair']}-{time.monotonic_ns()}")
+    reset_hwm()
+    c0, h0, os0 = cluster_cpu(sids), host_cpu(), object_store_counters()
+    p0, w0 = time.process_time(), time.perf_counter()
+    est = raydp.estimate_sensitivity(Sleeper(cfg["t_pair"]), oracles.exponential(1.0), SIM_N, m=m, k=m,
+                                     seed=seed, block_size=bs, backend=backend, store=store, progress=False)
+    wall = time.perf_counter() - w0
+    cpu = time.process_time() - p0
+    c1, h1, os1 = cluster_cpu(sids), host_cpu(), object_store_counters()
+    stats = ray_engine.last_stats()
+    store_bytes = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(store) for f in fs)
+    blocks = -(-m // bs)
+    tasks = stats.groups
+    g = -(-blocks // tasks)
+    ideal = slots / cfg["t_pair"] if cfg["t_pair"] > 0 else float("inf")
+    row = dict(cfg, slots=slots, block_size=bs, blocks=blocks, tasks=tasks, group=g, results=blocks,
+               wall_s=wall, imap_wall_s=stats.wall_s, pairs_per_s=m / wall, ideal_pairs_per_s=ideal,
+               efficiency=(m * cfg["t_pair"]) / (slots * wall) if cfg["t_pair"] > 0 else None,
+               driver_cpu_s=cpu, driver_cpu_per_task_ms=1e3 * cpu / tasks, driver_cpu_per_result_ms=1e3 * cpu / blocks,
+               driver_share=cpu / wall, cluster_cpu_s=cpu_delta(c0, c1),
+               host_busy=(h1[0] - h0[0]) / max(h1[1] - h0[1], 1), host_cores=os.cpu_count(),
+               driver=stats.to_dict(), busy_s=stats.busy_s,
+               tail_slot_s=tail_loss(stats.submitted, stats.done, slots, stats.wall_s),
+               result_bytes_per_task=result_bytes(bs, g), job_bytes=len(pickle.dumps(
+                   (Sleeper(cfg["t_pair"]), oracles.exponential(1.0)), protocol=5)),
+               object_store_before=os0, object_store_after=os1, store_bytes=store_bytes,
+               driver_peak_rss_mb=vm_hwm_mb(), delta=est.sensitivity, failures=est.failures)
+    lost = slots * wall - m * cfg["t_pair"]
+    row["lost_slot_s"] = lost
+    row["fixed_s"] = wall - stats.wall_s
+    return row
+
+
+def measure_wait_cost(sizes=(100, 500, 2000, 8000), calls: int = 30) -> dict:
+    """Driver CPU of one ``ray.wait(refs, num_returns=1, timeout=0)`` over N pending refs (tasks that
+    wait on a never-set resource: they stay pending, using no slot)."""
+    import ray
+
+    @ray.remote(num_cpus=0, resources={"never": 1})
+    def never():
+        return 0
+
+    refs = [never.remote() for _ in range(max(sizes))]
+    out = {}
+    try:
+        for n in sizes:
+            sub = refs[:n]
+            t0 = time.process_time()
+            for _ in range(calls):
+                ray.wait(list(sub), num_returns=1, timeout=0)
+            out[str(n)] = (time.process_time() - t0) / calls
+    finally:
+        for r in refs:
+            ray.cancel(r, force=False)
+    xs = np.array([int(k) for k in out]), np.array(list(out.values()))
+    slope = float(np.polyfit(xs[0], xs[1], 1)[0])
+    return {"seconds_by_n": out, "per_ref_s": slope}
+
+
+def driver_main(config_path: str) -> int:
+    """The driver process of one width: warm-up, idle baseline, the runs, the ray.wait microbenchmark."""
+    import ray
+
+    import raydp
+    from raydp import oracles
+
+    with open(config_path) as f:
+        cfg = json.load(f)
+    address, sids = cfg["address"], cfg["sids"]
+    backend = raydp.RayBackend(address=address)
+    t0 = time.perf_counter()
+    backend.connect()
+    slots = backend.slots()
+    out = {"slots": slots, "connect_s": time.perf_counter() - t0, "runs": []}
+    # Warm-up: one task per slot that waits long enough for every slot to get its own worker.
+    # Repeated until one wave takes about one task's time (every slot had a worker ready).
+    out["warmup_s"] = []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        raydp.estimate_sensitivity(Sleeper(2.0), oracles.exponential(1.0), SIM_N, m=slots, k=slots, seed=1,
+                                   block_size=1, backend=raydp.RayBackend(address=address, group_size=1),
+                                   progress=False)
+        out["warmup_s"].append(time.perf_counter() - t0)
+        if out["warmup_s"][-1] < 3.0:
+            break
+    workers = [pid for pid, (kind, _) in cluster_cpu(sids).items() if kind == "workers"]
+    rss = []
+    for pid in workers:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                rss.append(next(int(x.split()[1]) for x in f if x.startswith("VmRSS")) / 1024)
+        except (OSError, StopIteration):
+            pass
+    out["workers"] = len(workers)
+    out["worker_rss_mb_median"] = statistics.median(rss) if rss else None
+    out["worker_rss_mb_total"] = sum(rss)
+    # Idle driver: what a connected driver costs per second doing nothing.
+    p0 = time.process_time()
+    time.sleep(2.0)
+    out["driver_idle_cpu_per_s"] = (time.process_time() - p0) / 2.0
+    runs = plan_runs(slots, cfg["pair_costs"], cfg["seconds"], cfg["quick"])
+    with tempfile.TemporaryDirectory(prefix="scale-sim-") as store_root:
+        for rep in range(cfg["repeats"]):
+            order = runs if rep % 2 == 0 else list(reversed(runs))
+            for run in order:
+                row = run_one(run, address, sids, store_root, seed=rep)
+                row["repeat"] = rep
+                out["runs"].append(row)
+                print(f"  {slots:3d} slots {row['kind']:8s} t={row['t_pair']:<5g} m={row['m']:<6d} "
+                      f"tasks={row['tasks']:<5d} wall={row['wall_s']:6.2f}s eff={row['efficiency'] or 0:.3f} "
+                      f"driver {row['driver_cpu_per_task_ms']:.2f} ms/task", file=sys.stderr, flush=True)
+    out["wait_cost"] = measure_wait_cost((50, 200) if cfg["quick"] else (100, 500, 2000, 8000))
+    with open(cfg["result"], "w") as f:
+        json.dump(out, f, default=float)
+    ray.shutdown()
+    return 0
+
+
+# ----------------------------------------------------------------------------- the orchestrator
+def run_width(width: int, nodes: int, args) -> dict:
+    from raydp.local_cluster import LocalCluster
+
+    nodes = max(1, min(nodes, width))
+    per_node = width // nodes
+    env = dict(NODE_ENV, PYTHONPATH=os.pathsep.join([REPO, HERE]))
+    kw = {}
+    if args.port:
+        kw = dict(port=args.port, dashboard_port=args.port + 1, client_port=args.port + 2)
+    print(f"width {width}: {nodes} nodes x {per_node} CPUs ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    with LocalCluster(workers=nodes - 1, cpus_per_node=per_node, extra_env=env,
+                      object_store_bytes=OBJECT_STORE_BYTES, **kw) as c:
+        up = time.perf_counter() - t0
+        sids = [nd.pgid for nd in c.nodes()]
+        with tempfile.TemporaryDirectory(prefix="scale-sim-cfg-") as tmp:
+            cfg = dict(address=c.address, sids=sids, pair_costs=args.pair_costs, seconds=args.seconds,
+                       repeats=args.repeats, quick=args.quick, result=os.path.join(tmp, "out.json"))
+            path = os.path.join(tmp, "cfg.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "_driver", path],
+                               env=dict(c.env, PYTHONPATH=env["PYTHONPATH"]), timeout=args.timeout)
+            if p.returncode != 0:
+                raise RuntimeError(f"driver for width {width} failed (exit {p.returncode})")
+            with open(cfg["result"]) as f:
+                out = json.load(f)
+    out.update(width=width, nodes=nodes, cpus_per_node=per_node, cluster_up_s=up,
+               cluster_total_s=time.perf_counter() - t0)
+    return out
+
+
+def measure_svm_pair(pairs_per_block: int, blocks: int, repeats: int) -> dict:
+    """Seconds per pair of raydp's SVM target (n = 1000, d = 8, warm-started pair solver), in this process,
+    over ``blocks`` default-sized blocks, ``repeats`` times: median, spread, and the per-block spread."""
+    import raydp
+    from raydp import oracles, targets
+    from raydp.engine.blocks import PairJob
+
+    job = PairJob(targets.svm(C=SVM["C"]), oracles.svm_two_class(SVM["dim"]), raydp.Laplace(1.0), SVM["n"],
+                  pairs_per_block * blocks * repeats, 0, pairs_per_block, SVM["dim"] + 1)
+    per_pair, block_times = [], []
+    for r in range(repeats):
+        t0 = time.process_time()
+        res = job.run_blocks(range(r * blocks, (r + 1) * blocks))
+        per_pair.append((time.process_time() - t0) / (pairs_per_block * blocks))
+        block_times += [x.seconds for x in res]
+    bt = np.array(block_times)
+    return {"t_pair_s": statistics.median(per_pair), "t_pair_min_s": min(per_pair), "t_pair_max_s": max(per_pair),
+            "cpu_seconds_measured": sum(per_pair) * pairs_per_block * blocks, "pairs_per_block": pairs_per_block,
+            "block_cv": float(bt.std() / bt.mean()), "pair_cv_est": float(bt.std() / bt.mean() * math.sqrt(pairs_per_block))}
+
+
+def derive_costs(widths: list[dict]) -> tuple[Costs, dict]:
+    """The model's costs from the simulated runs."""
+    runs = [r for w in widths for r in w["runs"] if r["kind"] != "inflight"]
+    fit = fit_costs(runs)
+    nulls = [r for r in runs if r["kind"] == "null"]
+    fixed = statistics.median(r["wall_s"] for r in nulls) if nulls else 0.05
+    # slot time per task beyond its pairs, from the one-pair-per-task runs that neither the driver nor
+    # the pair cost hides: (S·wall − m·t − S·fixed − tail) / tasks, median
+    slow = [r for r in runs if r["kind"] == "1pair" and r["t_pair"] >= 0.1 and r["driver_share"] < 0.25]
+    o = statistics.median(max(0.0, (r["slots"] * r["wall_s"] - r["m"] * r["t_pair"] - r["slots"] * fixed
+                                    - r["tail_slot_s"]) / r["tasks"]) for r in slow) if slow else 0.002
+    waits = [w["wait_cost"]["per_ref_s"] for w in widths if "wait_cost" in w]
+    kappa = max(0.0, statistics.median(waits)) if waits else 0.0
+    costs = Costs(c_task=max(fit["c_task"], 1e-6), c_result=max(fit["c_result"], 0.0), c_inflight=kappa,
+                  o_task=o, fixed=fixed)
+    return costs, fit
+
+
+def check_model(costs: Costs, widths: list[dict]) -> list[dict]:
+    rows = []
+    for w in widths:
+        for r in w["runs"]:
+            if r["kind"] == "null" or not r["t_pair"]:
+                continue
+            p = predict(costs, r["m"], r["t_pair"], r["block_size"], r["slots"], r.get("group_size") or r["group"],
+                        r.get("max_in_flight"))
+            rows.append(dict(width=w["width"], kind=r["kind"], t_pair=r["t_pair"], repeat=r["repeat"],
+                             measured=r["efficiency"], predicted=p["efficiency"], bound=p["bound"]))
+    return rows
+
+
+def project(costs: Costs, svm: dict) -> list[dict]:
+    import raydp
+    from raydp.engine.blocks import default_block_size
+
+    rows = []
+    t = svm["t_pair_s"]
+    cv_pair = svm["pair_cv_est"]
+    for gamma in GAMMAS:
+        m = raydp.plan(gamma=gamma).m
+        bs_def = default_block_size(SVM["n"], m)
+        for cores in PROJECT_CORES:
+            best = recommended_block_size(costs, m, t, cores, SVM["n"], cv_pair)
+            for which, bs in (("default", bs_def), ("best for the width", best)):
+                blocks, g, tasks = layout(m, bs, cores)
+                p = predict(costs, m, t, bs, cores, cv_task=cv_pair / math.sqrt(g * bs))
+                rows.append(dict(gamma=gamma, m=m, cores=cores, block_size=bs, which=which, blocks=blocks, group=g,
+                                 tasks=tasks, task_s=p["tau_s"], wall_s=p["wall_s"], efficiency=p["efficiency"],
+                                 bound=p["bound"], max_slots=p["max_slots"], core_hours=m * t / 3600))
+    return rows
+
+
+def best_width(costs: Costs, svm: dict, gamma: float, target: float = 0.9) -> int:
+    """The widest cluster (cores) with projected efficiency ≥ target at the default block size."""
+    import raydp
+    from raydp.engine.blocks import default_block_size
+
+    m = raydp.plan(gamma=gamma).m
+    bs = default_block_size(SVM["n"], m)
+    best = 1
+    for cores in sorted(set(int(x) for x in np.unique(np.round(np.logspace(0, 4, 400))))):
+        if predict(costs, m, svm["t_pair_s"], bs, cores)["efficiency"] >= target:
+            best = cores
+    return best
+
+
+# ----------------------------------------------------------------------------- report
+def fmt_rate(x: float) -> str:
+    return "∞" if not math.isfinite(x) else f"{x:,.0f}"
+
+
+def table(headers, rows) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def med(rows, key):
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def spread(rows, key, fmt="{:.2f}"):
+    vals = sorted(r[key] for r in rows if r.get(key) is not None)
+    if not vals:
+        return "–"
+    if len(vals) == 1:
+        return fmt.format(vals[0])
+    return f"{fmt.format(statistics.median(vals))} [{fmt.format(vals[0])}–{fmt.format(vals[-1])}]"
+
+
+def markdown(report: dict) -> str:
+    widths = report["widths"]
+    costs = report["model"]["costs"]
+    svm = report["svm"]
+    lines = [f"# Scale simulation\n\n{report['date']} · {report['machine']}\n\nCommand: `{report['command']}`\n"]
+    lines.append("## Simulation: per width and pair cost (median [min–max] over repeats)\n")
+    rows = []
+    for w in widths:
+        groups = {}
+        for r in w["runs"]:
+            groups.setdefault((r["kind"], r["t_pair"]), []).append(r)
+        for (kind, t), rs in groups.items():
+            if kind == "null":
+                continue
+            rows.append([w["width"], kind, f"{t:g}", rs[0]["m"], rs[0]["block_size"], rs[0]["group"], rs[0]["tasks"],
+                         fmt_rate(med(rs, "pairs_per_s")), fmt_rate(rs[0]["ideal_pairs_per_s"]),
+                         spread(rs, "efficiency"),
+                         spread(rs, "driver_cpu_per_task_ms"), spread(rs, "driver_cpu_per_result_ms", "{:.3f}"),
+                         f"{med(rs, 'driver_share'):.2f}", f"{med(rs, 'host_busy'):.2f}",
+                         f"{rs[0]['result_bytes_per_task']:,}", f"{med(rs, 'driver_peak_rss_mb'):.0f}"])
+    lines.append(table(["slots", "run", "t_pair s", "m", "block", "blocks/task", "tasks", "pairs/s", "ideal",
+                        "efficiency", "driver CPU ms/task", "driver CPU ms/result", "driver cores",
+                        "host busy", "bytes/task", "driver peak MB"], rows))
+    lines.append("\n*run*: `default` = default block size and grouping; `1pair` = one pair per task; "
+                 "`gN` = N one-pair blocks per task; `inflight` = `1pair` at 2 000 tasks in flight. "
+                 "*driver cores* = driver CPU / wall; *host busy* = the 2-core VM's busy share (all its users).\n")
+    lines.append("## Where the time goes (median run of each kind)\n")
+    rows = []
+    for w in widths:
+        groups = {}
+        for r in w["runs"]:
+            groups.setdefault((r["kind"], r["t_pair"]), []).append(r)
+        for (kind, t), rs in groups.items():
+            r = sorted(rs, key=lambda x: x["wall_s"])[len(rs) // 2]
+            sw = r["slots"] * r["wall_s"]
+            d = r["driver"]
+            cc = r["cluster_cpu_s"]
+            rows.append([w["width"], kind, f"{t:g}", f"{r['wall_s']:.2f}",
+                         f"{r['m'] * r['t_pair'] / sw:.0%}", f"{r['tail_slot_s'] / sw:.0%}",
+                         f"{max(0.0, sw - r['m'] * r['t_pair'] - r['tail_slot_s']) / sw:.0%}",
+                         f"{r['fixed_s']:.2f}",
+                         f"{d['wait_s'] / r['wall_s']:.0%}", f"{d['get_s'] / r['wall_s']:.0%}",
+                         f"{d['submit_s'] / r['wall_s']:.0%}", f"{d['consumer_s'] / r['wall_s']:.0%}",
+                         f"{r['driver_cpu_s']:.2f}", f"{cc['raylet']:.2f}", f"{cc['gcs']:.2f}", f"{cc['workers']:.2f}",
+                         f"{r['host_busy']:.0%}"])
+    lines.append(table(["slots", "run", "t_pair", "wall s", "slot time in pairs", "tail", "other lost",
+                        "fixed s", "driver: wait", "get", "submit", "reducer+store", "driver CPU s",
+                        "raylets CPU s", "GCS CPU s", "workers CPU s", "host busy"], rows))
+    lines.append("\n*tail* = slot time idle after the last submission; *other lost* = per-task overhead "
+                 "(lease, push, fetch/deserialise, return) and scheduling gaps; driver columns are shares "
+                 "of the driver's wall time inside the engine loop.\n")
+    lines.append("## Memory and start-up\n")
+    lines.append(table(["slots", "nodes × CPUs", "cluster up s", "workers warm-up s", "worker processes",
+                        "worker RSS MB (median)", "workers RSS total MB", "driver idle CPU/s",
+                        "ray.wait µs per pending ref"],
+                       [[w["width"], f"{w['nodes']} × {w['cpus_per_node']}", f"{w['cluster_up_s']:.0f}",
+                         " + ".join(f"{x:.1f}" for x in w["warmup_s"]), w["workers"], f"{w['worker_rss_mb_median'] or 0:.0f}",
+                         f"{w['worker_rss_mb_total']:.0f}", f"{w['driver_idle_cpu_per_s']:.3f}",
+                         f"{1e6 * w['wait_cost']['per_ref_s']:.2f}"] for w in widths]))
+    fit = report["model"]["fit"]
+    lines.append("\n## Model\n")
+    lines.append(f"Fitted over {report['model']['runs_fitted']} runs: driver CPU = c_run + c_task·tasks + "
+                 f"c_result·results + c_idle·wall with c_run = {1e3 * fit['c_run']:.1f} ms, c_task = {1e3 * fit['c_task']:.3f} ms, "
+                 f"c_result = {1e3 * fit['c_result']:.4f} ms, c_idle = {fit['c_idle']:.3f} s/s "
+                 f"(R² = {fit['r2']:.3f}, median relative error {fit['rel_err_median']:.0%}); "
+                 f"c_inflight = {1e6 * costs['c_inflight']:.2f} µs per pending ref per task (ray.wait); "
+                 f"o_task = {1e3 * costs['o_task']:.1f} ms slot time per task; fixed = {costs['fixed']:.3f} s "
+                 "per run (one zero-cost pair per slot, warm workers).\n")
+    chk = report["model"]["check"]
+    rows = []
+    for r in chk:
+        rows.append([r["width"], r["kind"], f"{r['t_pair']:g}", r["repeat"], f"{r['measured']:.2f}",
+                     f"{r['predicted']:.2f}", r["bound"]])
+    lines.append(table(["slots", "run", "t_pair", "repeat", "measured eff.", "model eff.", "model bound"], rows))
+    lines.append("\n## Projection: the paper's SVM (n = 1000, d = 8)\n")
+    lines.append(f"Per-pair cost of `raydp.targets.svm` (warm-started pair solver) on this machine: "
+                 f"{1e3 * svm['t_pair_s']:.2f} ms CPU [{1e3 * svm['t_pair_min_s']:.2f}–{1e3 * svm['t_pair_max_s']:.2f}], "
+                 f"per-block CV {svm['block_cv']:.2f} ({svm['pairs_per_block']} pairs per block).\n")
+    rows = []
+    for r in report["projection"]:
+        rows.append([r["gamma"], f"{r['m']:,}", f"{r['core_hours']:.2f}", r["cores"], r["which"], r["block_size"],
+                     f"{r['blocks']:,}", r["group"], f"{r['tasks']:,}", f"{r['task_s']:.2f}",
+                     f"{r['wall_s']:.1f}", f"{r['efficiency']:.2f}", r["bound"], f"{r['max_slots']:,.0f}"])
+    lines.append(table(["γ", "m", "core-hours", "cores", "block size", "pairs/block", "blocks", "blocks/task",
+                        "tasks", "task s", "wall s", "efficiency", "bound", "max slots one driver keeps busy"], rows))
+    lines.append("\nWidest cluster with projected efficiency ≥ 0.9 at the default block size: " + ", ".join(
+        f"γ = {g}: {report['best_width'][str(g)]} cores" for g in GAMMAS) + ".\n")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: str) -> None:
+    from _plots import pyplot
+
+    plt = pyplot()
+    costs = Costs(**report["model"]["costs"])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.6))
+    colours = {}
+    for w in report["widths"]:
+        for r in w["runs"]:
+            if r["kind"] not in ("default", "1pair") or not r["t_pair"]:
+                continue
+            key = (r["kind"], r["t_pair"])
+            line = a.plot([r["slots"]], [r["efficiency"]], "o" if r["kind"] == "default" else "s",
+                          color=colours.get(key), alpha=0.8,
+                          label=None if key in colours else f"{r['kind']}, t_pair = {r['t_pair']:g} s")[0]
+            colours.setdefault(key, line.get_color())
+    xs = sorted({w["width"] for w in report["widths"]})
+    xx = np.unique(np.round(np.geomspace(max(1, min(xs) / 2), max(xs) * 2, 40)).astype(int))
+    for (kind, t), colour in colours.items():
+        rs = [r for w in report["widths"] for r in w["runs"] if r["kind"] == kind and r["t_pair"] == t]
+        ys = []
+        for s in xx:
+            per_slot = rs[0]["m"] / rs[0]["slots"]
+            m = int(min(2000, s * per_slot)) if kind == "1pair" else int(s * per_slot)
+            bs = rs[0]["block_size"] if kind == "1pair" else None
+            if bs is None:
+                from raydp.engine.blocks import default_block_size
+                bs = default_block_size(SIM_N, m)
+            ys.append(predict(costs, m, t, bs, int(s), rs[0].get("group_size"))["efficiency"])
+        a.plot(xx, ys, "-", color=colour, lw=1)
+    a.set_xscale("log", base=2)
+    a.set_xlabel("slots (simulated: loopback nodes declaring many CPUs)")
+    a.set_ylabel("efficiency = pairs/s ÷ (slots / t_pair)")
+    a.set_ylim(0, 1.05)
+    a.axhline(0.9, color="grey", lw=0.5, ls=":")
+    a.set_title("Simulation (points) and model (lines)")
+    a.legend(fontsize=7, loc="lower left")
+    svm = report["svm"]
+    import raydp
+    from raydp.engine.blocks import default_block_size
+    cores = np.unique(np.round(np.geomspace(1, 4000, 80)).astype(int))
+    for gamma in GAMMAS:
+        m = raydp.plan(gamma=gamma).m
+        bs = default_block_size(SVM["n"], m)
+        ys = [predict(costs, m, svm["t_pair_s"], bs, int(c))["efficiency"] for c in cores]
+        b.plot(cores, ys, label=f"γ = {gamma} (m = {m:,}, block {bs})")
+        ys = [predict(costs, m, svm["t_pair_s"], recommended_block_size(costs, m, svm["t_pair_s"], int(c), SVM["n"]),
+                      int(c))["efficiency"] for c in cores[::4]]
+        cores_b = cores[::4]
+        b.plot(cores_b, ys, "--", color=b.lines[-1].get_color(), lw=1)
+    b.set_xscale("log")
+    b.set_ylim(0, 1.05)
+    b.axhline(0.9, color="grey", lw=0.5, ls=":")
+    for c in PROJECT_CORES:
+        b.axvline(c, color="grey", lw=0.5, ls=":")
+    b.set_xlabel("cores")
+    b.set_ylabel("projected efficiency")
+    b.set_title(f"SVM n=1000 d=8, {1e3 * svm['t_pair_s']:.1f} ms/pair: default block (—), "
+                "block for the width (--)", fontsize=9)
+    b.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def machine() -> str:
+    import ray
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    with open("/proc/meminfo") as f:
+        mem = int(f.readline().split()[1]) / 1024**2
+    return (f"{os.cpu_count()} cores · {cpu} · {mem:.1f} GiB · Python {platform.python_version()} · "
+            f"numpy {np.__version__} · Ray {ray.__version__} · shared VM (other users' load included)")
+
+
+def finish(report: dict, out: str) -> None:
+    costs, fit = derive_costs(report["widths"])
+    report["model"] = {"costs": asdict(costs), "fit": fit,
+                       "runs_fitted": sum(1 for w in report["widths"] for r in w["runs"] if r["kind"] != "inflight"),
+                       "check": check_model(costs, report["widths"])}
+    report["projection"] = project(costs, report["svm"])
+    report["best_width"] = {str(g): best_width(costs, report["svm"], g) for g in GAMMAS}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "scale_sim.json"), "w") as f:
+        json.dump(report, f, indent=1, default=float)
+    md = markdown(report)
+    with open(os.path.join(out, "scale_sim.md"), "w") as f:
+        f.write(md)
+    plot(report, os.path.join(out, "scale_sim.png"))
+    print(md)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_driver"]:
+        return driver_main(argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--widths", type=int, nargs="+", default=[8, 16, 32, 64], help="slots in all (default 8 16 32 64)")
+    ap.add_argument("--nodes", type=int, default=4, help="nodes per cluster, head included (default 4)")
+    ap.add_argument("--pair-costs", type=float, nargs="+", default=[0.01, 0.1, 1.0], help="seconds per pair")
+    ap.add_argument("--seconds", type=float, default=8.0, help="ideal length of a default run (default 8 s)")
+    ap.add_argument("--repeats", type=int, default=2, help="repeats of every run, taken in turn (default 2)")
+    ap.add_argument("--svm-blocks", type=int, default=4, help="blocks of 65 SVM pairs per repeat to time (default 4)")
+    ap.add_argument("--port", type=int, help="GCS port (+1 dashboard, +2 client); default: free ports")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per width before giving up")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for scale_sim.{json,md,png}")
+    ap.add_argument("--quick", action="store_true", help="one 4-slot cluster of 2 nodes, short runs: plumbing only")
+    ap.add_argument("--project-only", action="store_true",
+                    help="no cluster: redo the model, projection, table and plot from OUT/scale_sim.json")
+    args = ap.parse_args(argv)
+    if args.project_only:
+        with open(os.path.join(args.out, "scale_sim.json")) as f:
+            report = json.load(f)
+        finish(report, args.out)
+        return 0
+    if args.quick:
+        args.widths, args.nodes, args.pair_costs, args.seconds, args.repeats, args.svm_blocks = [4], 2, [0.01, 0.2], 1.0, 1, 1
+    report = {"command": "python jobs/scale_sim.py " + " ".join(argv),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine(), "node_env": NODE_ENV, "object_store_bytes": OBJECT_STORE_BYTES}
+    print("svm: timing raydp.targets.svm per pair ...", file=sys.stderr, flush=True)
+    report["svm"] = measure_svm_pair(65, args.svm_blocks, 3 if not args.quick else 1)
+    report["widths"] = [run_width(w, args.nodes, args) for w in args.widths]
+    finish(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

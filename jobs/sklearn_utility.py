@@ -74,7 +74,7 @@ import time
 
 import _common
 
-GAMMA = 0.1
+GAMMA = 0.05
 DELTA = 1e-5
 EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)
 REPEATS = 20
@@ -107,7 +107,7 @@ def make_parser() -> argparse.ArgumentParser:
                     help=f"tasks to run (default: all of {', '.join(TASKS)})")
     ap.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS), metavar="EPS",
                     help="privacy budgets (default: 0.1 0.3 1 3 10)")
-    ap.add_argument("--gamma", type=float, default=GAMMA, help=f"γ of raydp's random DP (default: {GAMMA:g}, m = 285)")
+    ap.add_argument("--gamma", type=float, default=GAMMA, help=f"γ of raydp's random DP (default: {GAMMA:g}, m = 1305 pairs per Δ̂)")
     ap.add_argument("--delta", type=float, default=DELTA, help=f"δ of the Gaussian columns (default: {DELTA:g})")
     ap.add_argument("--repeats", type=int, default=REPEATS, help=f"train/test splits of the private half (default: {REPEATS})")
     ap.add_argument("--diffprivlib-python", metavar="PATH",
@@ -225,7 +225,8 @@ def plot(rows: list[dict], tasks: list[str], path: str, title: str) -> str:
         for ax, task in zip(axes.flat, tasks):
             metric = next(r["metric"] for r in rows if r["task"] == task)
             for method in METHODS:
-                pts = sorted((r["epsilon"], r["score_mean"]) for r in rows if r["task"] == task and r["method"] == method)
+                pts = sorted((r["epsilon"], max(r["score_mean"], -1.0)) for r in rows  # R² far below 0 drawn at −1
+                             if r["task"] == task and r["method"] == method)
                 if pts:
                     fmt, colour = style[method]
                     ax.plot(*zip(*pts), fmt, color=colour, lw=1.4, ms=4, label=f"{method}: {NOTION[method]}")
@@ -281,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     dpl = a.diffprivlib_python
     if dpl is None:
         dpl = DEFAULT_DPL if os.path.exists(DEFAULT_DPL) else None
-        dpl_note = ("diffprivlib: " + DEFAULT_DPL) if dpl else (
-            f"diffprivlib column left out: no environment at {DEFAULT_DPL} (see README, 'Your own scikit-learn model')")
+        shown = os.path.relpath(DEFAULT_DPL, os.path.dirname(HERE))
+        dpl_note = (f"diffprivlib: {shown}" if dpl else
+                    f"diffprivlib column left out: no environment at {shown} (see README, 'Your own scikit-learn model')")
     elif dpl.lower() == "none":
         dpl, dpl_note = None, "diffprivlib column left out (--diffprivlib-python none)"
     else:

@@ -382,7 +382,7 @@ class EstimatorTarget:
 # ----------------------------------------------------------------------------- input checks
 
 
-def _as_matrix(X, what: str) -> tuple[np.ndarray, np.ndarray | None]:
+def _as_matrix(X, what: str, min_rows: int = 2) -> tuple[np.ndarray, np.ndarray | None]:
     """``X`` as a finite 2-D float64 array, and its column names (a DataFrame's). No message quotes the data."""
     try:
         import scipy.sparse as sp
@@ -411,8 +411,9 @@ def _as_matrix(X, what: str) -> tuple[np.ndarray, np.ndarray | None]:
     if arr.ndim != 2:
         raise InvalidArgumentError(f"{what} must be 2-D (n_samples, n_features), got {arr.ndim}-D; "
                                    "reshape a single feature with X.reshape(-1, 1)")
-    if arr.shape[0] < 2 or arr.shape[1] < 1:
-        raise InvalidArgumentError(f"{what} must have at least 2 rows and 1 column, got shape {arr.shape}")
+    if arr.shape[0] < min_rows or arr.shape[1] < 1:
+        raise InvalidArgumentError(f"{what} must have at least {min_rows} row{'s' * (min_rows > 1)} and 1 column, "
+                                   f"got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise InvalidArgumentError(f"{what} contains NaN or infinite values; impute or drop them first")
     return arr, names
@@ -515,7 +516,8 @@ class PrivateEstimator(BaseEstimator):
         or ``raydp.load_estimate``); it must match the estimator, oracle, n, norm and plan.
     m, k, backend, store, progress, block_size, pair_timeout, strict : the sampler's options
         (:func:`raydp.estimate_sensitivity`). ``store`` reuses (or resumes) the Δ̂ stored there for the
-        same estimator parameters, oracle and n, and refuses one made for anything else.
+        same estimator parameters, oracle and n (and scikit-learn version, part of the target's
+        identity), and refuses one made for anything else.
     ledger, ledger_label : charge the release to a :class:`raydp.Ledger` (refused when over budget).
 
     Attributes
@@ -737,7 +739,7 @@ class PrivateEstimator(BaseEstimator):
     # ---- predictions: the released model only -------------------------------------------
     def _X(self, X) -> np.ndarray:
         check_is_fitted(self)
-        arr, names = _as_matrix(X, "X")
+        arr, names = _as_matrix(X, "X", min_rows=1)
         if arr.shape[1] != self.n_features_in_:
             raise InvalidArgumentError(f"X has {arr.shape[1]} features, the model was fitted with {self.n_features_in_}")
         ours = getattr(self, "feature_names_in_", None)

@@ -236,6 +236,7 @@ def test_predictions_check_their_input(cancer):
     assert pe.n_features_in_ == X.shape[1] and not hasattr(pe, "feature_names_in_")
     with pytest.raises(InvalidArgumentError, match="X has 29 features, the model was fitted with 30"):
         pe.predict(X[:, 1:])
+    assert pe.predict(X[:1]).shape == (1,)   # one row is enough to predict
     with pytest.raises(InvalidArgumentError, match="X must be numeric"):
         pe.predict(np.full(X.shape, "a"))
     from sklearn.exceptions import NotFittedError

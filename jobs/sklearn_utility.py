@@ -38,7 +38,7 @@ Columns, each with its privacy notion:
 Random DP is weaker than DP: the (ε, δ) guarantee holds for all but a γ fraction of neighbouring
 databases drawn from the oracle (see README, "Concepts").
 
-    python jobs/sklearn_utility.py                     # the table in README (≈ 3 min on 2 shared cores)
+    python jobs/sklearn_utility.py                     # the table in README (≈ 2 min 15 s on 2 shared cores)
     python jobs/sklearn_utility.py --tasks breast_cancer/logistic --repeats 5 --epsilons 1 10
     python jobs/sklearn_utility.py --diffprivlib-python none         # without the diffprivlib column
 

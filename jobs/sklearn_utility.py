@@ -190,7 +190,7 @@ def run_diffprivlib(python: str, spec: dict, splits: list, epsilons: list[float]
         src, dst = os.path.join(tmp, "in.npz"), os.path.join(tmp, "out.npz")
         np.savez(src, **arrays)
         proc = subprocess.run([python, os.path.join(HERE, "_diffprivlib_runner.py"), src, dst],
-                              capture_output=True, text=True, timeout=1800)
+                              check=False, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
             raise RuntimeError(f"diffprivlib runner failed (exit {proc.returncode}): {tail}")
@@ -302,7 +302,6 @@ def main(argv: list[str] | None = None) -> int:
     sampling_seconds = 0.0
     for task in tasks:
         public, Xp, yp, metric = load_task(task, a.seed)
-        d = Xp.shape[1]
         n = int(round(len(Xp) * (1 - TEST_FRACTION)))
         oracle = oracles.bootstrap(public)
         model = make_model(task, n)

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import math
 import numbers
 import warnings

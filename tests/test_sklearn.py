@@ -8,9 +8,7 @@ probability (see each test).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import pickle
 from pathlib import Path
 

@@ -612,6 +612,33 @@ def project(costs: Costs, svm: dict) -> list[dict]:
     return rows
 
 
+# Cloud price assumption (on-demand list prices, AWS us-west-2, Linux; check current pricing): the
+# worker and head instance types of cluster/cluster.yaml, and how long a node is billed beyond the run.
+CLOUD = dict(worker="c6i.8xlarge", worker_vcpus=32, worker_usd_h=1.36, head="m6i.xlarge", head_usd_h=0.192,
+             boot_min=5.0, idle_min=5.0)
+
+
+def cloud_costs(costs: Costs, svm: dict, gamma: float = 0.001, workers=(2, 4, 8, 16, 32)) -> list[dict]:
+    """Wall time and on-demand cost of one SVM run at ``gamma`` on ``workers`` c6i.8xlarge nodes: each
+    node billed for boot + run + idle timeout, the head for the same; vCPU = one slot at the per-pair
+    cost measured here."""
+    import raydp
+    from raydp.engine.blocks import default_block_size
+
+    m = raydp.plan(gamma=gamma).m
+    bs = default_block_size(SVM["n"], m)
+    rows = []
+    for w in workers:
+        slots = w * CLOUD["worker_vcpus"]
+        blocks, g, _ = layout(m, bs, slots)
+        p = predict(costs, m, svm["t_pair_s"], bs, slots, cv_task=svm["pair_cv_est"] / math.sqrt(g * bs))
+        billed_h = (CLOUD["boot_min"] + CLOUD["idle_min"]) / 60 + p["wall_s"] / 3600
+        usd = billed_h * (w * CLOUD["worker_usd_h"] + CLOUD["head_usd_h"])
+        rows.append(dict(gamma=gamma, workers=w, slots=slots, wall_s=p["wall_s"], efficiency=p["efficiency"],
+                         usd=usd, usd_compute_only=m * svm["t_pair_s"] / 3600 * CLOUD["worker_usd_h"] / CLOUD["worker_vcpus"]))
+    return rows
+
+
 def best_width(costs: Costs, svm: dict, gamma: float, target: float = 0.9) -> int:
     """The widest cluster (cores) with projected efficiency ≥ target at the default block size."""
     import raydp
@@ -733,7 +760,8 @@ def markdown(report: dict) -> str:
     lines.append("\n## Projection: the paper's SVM (n = 1000, d = 8)\n")
     lines.append(f"Per-pair cost of `raydp.targets.svm` (warm-started pair solver) on this machine: "
                  f"{1e3 * svm['t_pair_s']:.2f} ms CPU [{1e3 * svm['t_pair_min_s']:.2f}–{1e3 * svm['t_pair_max_s']:.2f}], "
-                 f"per-block CV {svm['block_cv']:.2f} ({svm['pairs_per_block']} pairs per block).\n")
+                 f"per-block CV {svm['block_cv']:.2f} ({svm['pairs_per_block']} pairs per block), single-pair CV "
+                 f"{svm['pair_cv_est']:.2f} ({svm.get('pairs_timed', 0)} pairs timed one by one).\n")
     rows = []
     for r in report["projection"]:
         rows.append([r["gamma"], f"{r['m']:,}", f"{r['core_hours']:.2f}", r["cores"], r["which"], r["block_size"],
@@ -743,6 +771,17 @@ def markdown(report: dict) -> str:
                         "tasks", "task s", "wall s", "efficiency", "bound", "max slots one driver keeps busy"], rows))
     lines.append("\nWidest cluster with projected efficiency ≥ 0.9 at the default block size: " + ", ".join(
         f"γ = {g}: {report['best_width'][str(g)]} cores" for g in GAMMAS) + ".\n")
+    cl = report.get("cloud")
+    if cl:
+        a = cl["assumption"]
+        lines.append(f"## Cloud: the SVM at γ = 0.001 on {a['worker']} workers ({a['worker_vcpus']} vCPUs = slots)\n")
+        lines.append(f"Assumption: on-demand ${a['worker_usd_h']}/h per {a['worker']}, ${a['head_usd_h']}/h for the "
+                     f"{a['head']} head (AWS us-west-2 list prices; check current ones), every node billed for "
+                     f"{a['boot_min']:g} min boot + the run + {a['idle_min']:g} min idle timeout, one slot per vCPU at "
+                     "the per-pair cost measured here.\n")
+        lines.append(table(["workers", "slots", "projected wall", "efficiency", "cost per run", "compute alone"],
+                           [[r["workers"], r["slots"], f"{r['wall_s'] / 60:.1f} min", f"{r['efficiency']:.2f}",
+                             f"${r['usd']:.2f}", f"${r['usd_compute_only']:.2f}"] for r in cl["rows"]]))
     return "\n".join(lines) + "\n"
 
 
@@ -835,6 +874,7 @@ def finish(report: dict, out: str) -> None:
                        "check": check_model(costs, report["widths"], fit["host"])}
     report["projection"] = project(costs, report["svm"])
     report["best_width"] = {str(g): best_width(costs, report["svm"], g) for g in GAMMAS}
+    report["cloud"] = {"assumption": CLOUD, "rows": cloud_costs(costs, report["svm"])}
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "scale_sim.json"), "w") as f:
         json.dump(report, f, indent=1, default=float)

@@ -7,7 +7,7 @@ the reducer, the store — at a width the hardware could not give. Everything is
 :class:`raydp.local_cluster.LocalCluster` nodes (separate raylets and object stores, token auth, on
 127.0.0.1), ``raydp.estimate_sensitivity(..., backend=raydp.RayBackend(address=...), store=...)``.
 
-    python jobs/scale_sim.py                        # ≈ 20 min: widths 8 16 32 64, pairs of 10 ms, 100 ms, 1 s
+    python jobs/scale_sim.py                        # ≈ 25 min: widths 8 16 32 64, pairs of 10 ms, 100 ms, 1 s
     python jobs/scale_sim.py --quick --out /tmp/s   # one 4-slot cluster, tiny runs: the plumbing in ~1 min
     python jobs/scale_sim.py --project-only         # model + projection again from jobs/results/scale_sim.json
 
@@ -801,26 +801,20 @@ def plot(report: dict, path: str) -> None:
                           color=colours.get(key), alpha=0.8,
                           label=None if key in colours else f"{r['kind']}, t_pair = {r['t_pair']:g} s")[0]
             colours.setdefault(key, line.get_color())
-    xs = sorted({w["width"] for w in report["widths"]})
-    xx = np.unique(np.round(np.geomspace(max(1, min(xs) / 2), max(xs) * 2, 40)).astype(int))
+    hf = report["model"]["fit"].get("host")
+    host = None if not hf else (report.get("host_cores") or os.cpu_count() or 2, hf["h_task"], hf["h_pair"])
     for (kind, t), colour in colours.items():
-        rs = [r for w in report["widths"] for r in w["runs"] if r["kind"] == kind and r["t_pair"] == t]
-        ys = []
-        for s in xx:
-            per_slot = rs[0]["m"] / rs[0]["slots"]
-            m = int(min(2000, s * per_slot)) if kind == "1pair" else int(s * per_slot)
-            bs = rs[0]["block_size"] if kind == "1pair" else None
-            if bs is None:
-                from raydp.engine.blocks import default_block_size
-                bs = default_block_size(SIM_N, m)
-            ys.append(predict(costs, m, t, bs, int(s), rs[0].get("group_size"))["efficiency"])
-        a.plot(xx, ys, "-", color=colour, lw=1)
+        pts = sorted((r["slots"], predict(costs, r["m"], t, r["block_size"], r["slots"], r.get("group_size") or r["group"],
+                                          r.get("max_in_flight"), host=host)["efficiency"])
+                     for w in report["widths"] for r in w["runs"] if r["kind"] == kind and r["t_pair"] == t
+                     and r["repeat"] == 0)
+        a.plot([x for x, _ in pts], [y for _, y in pts], "x--", color=colour, lw=0.8, ms=7)
     a.set_xscale("log", base=2)
     a.set_xlabel("slots (simulated: loopback nodes declaring many CPUs)")
     a.set_ylabel("efficiency = pairs/s ÷ (slots / t_pair)")
     a.set_ylim(0, 1.05)
     a.axhline(0.9, color="grey", lw=0.5, ls=":")
-    a.set_title("Simulation (points) and model (lines)")
+    a.set_title("Simulation (dots, squares) and model (x, dashed; with this 2-core host's limit)", fontsize=9)
     a.legend(fontsize=7, loc="lower left")
     svm = report["svm"]
     import raydp

@@ -176,7 +176,8 @@ class RayBackend:
       (default: every core).
     - ``cpus_per_task`` / ``memory_per_task`` (bytes): resources of each task (raise ``cpus_per_task``
       for multi-threaded targets).
-    - ``group_size``: blocks per task (default: about four tasks per CPU slot, two for batched targets).
+    - ``group_size``: blocks per task (default: :func:`default_group_size` — at least four tasks per CPU
+      slot, two for batched targets, and no mostly empty last wave).
     - ``max_in_flight``: tasks submitted and not yet collected (default: two per slot, one with a
       ``task_timeout``).
     - ``max_retries``: Ray's retries of a task whose worker died.

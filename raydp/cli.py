@@ -14,6 +14,7 @@ import os
 import sys
 
 from .errors import InvalidArgumentError, RaydpError
+from .plan import format_up
 
 MECHANISMS = ("laplace", "gaussian", "exponential", "bernstein")
 
@@ -110,12 +111,14 @@ def cmd_plan(a) -> int:
     if a.json:
         print(json.dumps(p.to_dict()))
     else:
-        print(f"m = {p.m}  k = {p.k}  gamma = {p.gamma:.7g}  rho = {p.rho:.7g}  (optimised: {p.mode})")
+        print(f"m = {p.m}  k = {p.k}  gamma = {format_up(p.gamma, 7)}  rho = {p.rho:.7g}  (optimised: {p.mode})")
     return 0
 
 
 def print_estimate(est, *, as_json: bool = False, uri: str | None = None, stream=None) -> None:
     """Print an estimate: Δ̂, plan and norm, run identity, failures and (if any) its store."""
+    from .store import redact
+
     stream = sys.stdout if stream is None else stream
     finite = math.isfinite(est.sensitivity)
     if as_json:
@@ -123,20 +126,20 @@ def print_estimate(est, *, as_json: bool = False, uri: str | None = None, stream
         d["sensitivity"] = est.sensitivity if finite else str(est.sensitivity)
         d["seconds"] = round(est.seconds, 3)
         if uri is not None:
-            d["store"] = uri
+            d["store"] = redact(uri)
         print(json.dumps(d), file=stream, flush=True)
         return
     p = est.plan
     lines = [
         f"sensitivity  {est.sensitivity:.6g}   ({est.norm} norm, {est.mechanism['name']} mechanism)",
-        f"plan         m={p.m} k={p.k} gamma={p.gamma:.6g} rho={p.rho:.6g} ({p.mode})",
+        f"plan         m={p.m} k={p.k} gamma={format_up(p.gamma)} rho={p.rho:.6g} ({p.mode})",
         f"run          n={est.n} seed={est.seed} block_size={est.block_size} seconds={est.seconds:.2f}",
         f"failures     {est.failures}" + (f" {est.failure_kinds}" if est.failures else ""),
         f"target       {est.target['name']} {json.dumps(est.target['params'])}",
         f"oracle       {est.oracle['name']} {json.dumps(est.oracle['params'])}",
     ]
     if uri is not None:
-        lines.append(f"store        {uri}")
+        lines.append(f"store        {redact(uri)}")
     print("\n".join(lines), file=stream, flush=True)
 
 
@@ -178,13 +181,15 @@ def cmd_show(a) -> int:
 
 
 def _read_data(path: str):
+    """The private data: .npy, or Parquet/CSV through the bootstrap oracle's reader (numeric columns;
+    its errors never quote a row)."""
     import numpy as np
 
     if path.endswith(".npy"):
         return np.load(path, allow_pickle=False)
     from .oracles import bootstrap
 
-    return bootstrap(path).data  # same reader as the bootstrap oracle: Parquet or CSV, numeric
+    return bootstrap(path).data
 
 
 def cmd_release(a) -> int:
@@ -225,6 +230,15 @@ def cmd_release(a) -> int:
             g = Guarantee(**r.ledger["composed"])
             print(f"ledger {r.ledger['path']} entry {r.ledger['entry']}; all releases in it: {g.statement()}; "
                   f"remaining ε={ledger.epsilon_total - g.epsilon:.6g} δ={ledger.delta_total - g.delta:.6g}")
+    return 0
+
+
+def cmd_ledger_create(a) -> int:
+    from .ledger import Ledger
+
+    ledger = Ledger.create(a.path, epsilon_total=a.epsilon_total, delta_total=a.delta_total)
+    print(f"ledger     {ledger.path}\ntotals     epsilon={format_up(ledger.epsilon_total)} "
+          f"delta={format_up(ledger.delta_total)} (fixed)")
     return 0
 
 
@@ -307,9 +321,9 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--delta", type=float)
     r.add_argument("--ledger", help="privacy budget ledger (JSON file): charge this release, refuse it if over budget")
     r.add_argument("--epsilon-total", "--budget-epsilon", dest="epsilon_total", type=float,
-                   help="total ε of the ledger (fixed when it is created; Ledger(epsilon_total=))")
+                   help="check the ledger's total ε (fixed by `raydp ledger create`)")
     r.add_argument("--delta-total", "--budget-delta", dest="delta_total", type=float,
-                   help="total δ of the ledger (default 0 when it is created; Ledger(delta_total=))")
+                   help="check the ledger's total δ (fixed by `raydp ledger create`)")
     r.add_argument("--label", help="a note stored with the ledger entry (never private data)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_release)
@@ -320,6 +334,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     led = sub.add_parser("ledger", help="inspect a privacy budget ledger")
     led_sub = led.add_subparsers(dest="ledger_cmd", required=True, parser_class=_Parser)
+    lc = led_sub.add_parser("create", help="create a ledger with its total ε and δ (never overwrites one)")
+    lc.add_argument("path", help="ledger file (path or file:// URI)")
+    lc.add_argument("--epsilon-total", "--budget-epsilon", dest="epsilon_total", type=float, required=True)
+    lc.add_argument("--delta-total", "--budget-delta", dest="delta_total", type=float, default=0.0)
+    lc.set_defaults(func=cmd_ledger_create)
     ls = led_sub.add_parser("show", help="entries, spend, remaining budget and the composed (ε, δ, γ)")
     ls.add_argument("path", help="ledger file (path or file:// URI)")
     ls.add_argument("--json", action="store_true")
@@ -339,6 +358,10 @@ def main(argv=None) -> int:
         return args.func(args)
     except (RaydpError, ValueError) as exc:
         print(f"raydp: error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    except OSError as exc:  # a filesystem error outside the store and ledger (which name what failed)
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"raydp: error: {exc.strerror or type(exc).__name__}{where}".splitlines()[0], file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("raydp: interrupted", file=sys.stderr)

@@ -138,3 +138,8 @@ def sample_fingerprint(provenance: dict) -> str:
         plan.pop(key, None)
     prov["plan"] = plan
     return hashlib.sha256(_canonical(prov)).hexdigest()
+
+
+def run_fingerprint(identity: RunIdentity) -> str:
+    """SHA-256 of a run's :meth:`RunIdentity.sample_key`: what every shard of its store carries."""
+    return hashlib.sha256(_canonical(identity.sample_key())).hexdigest()

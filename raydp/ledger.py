@@ -8,7 +8,7 @@ basic composition (ε and δ add up).
 >>> import os, tempfile
 >>> from raydp.ledger import Ledger
 >>> path = os.path.join(tempfile.mkdtemp(), "ledger.json")
->>> ledger = Ledger(path, epsilon_total=1.0)               # creating a ledger fixes its totals
+>>> ledger = Ledger.create(path, epsilon_total=1.0)        # creating a ledger fixes its totals
 >>> with ledger.charge(0.25, 0.0, 0.05, mechanism="laplace", sensitivity=0.01) as entry:
 ...     pass                                               # draw the noise here
 >>> ledger.spent(), ledger.remaining()
@@ -48,15 +48,19 @@ releases recorded in one ledger are assumed to be on the same private dataset.
 Durability and concurrency
 --------------------------
 A release is charged in two phases. :meth:`Ledger.reserve` (or entering :meth:`Ledger.charge`)
-runs read → check → append → write while holding an exclusive ``fcntl.flock`` on ``<path>.lock``.
-The write goes to a temporary file in the same directory, which is fsynced, moved over the
-ledger with ``os.replace`` and followed by an fsync of the directory. The entry is on disk, marked
-``reserved``, before any noise is drawn. A crash after that point leaves the spend counted and never
+runs read → check → append → write while holding an exclusive ``fcntl.flock`` on the ledger's
+(resolved) directory — not on a lock file, which could be deleted mid-spend or differ by the
+path's spelling. The write goes to a temporary file in the same directory that takes the ledger's
+owner and mode, is fsynced, moved over the ledger with ``os.replace`` and followed by an fsync of
+the directory; a read-only ledger is refused, and so is one with several hard links (replacing it
+would fork the budget). The entry is on disk, marked ``reserved``, before the target sees the
+private data and before any noise is drawn (:func:`raydp.sample_then_respond`). A crash after that point leaves the spend counted and never
 under-counts. After a successful release the entry becomes ``released``. If the release raises, it
 becomes ``failed`` and stays counted: the ledger cannot tell whether noise was drawn, and the
 exception itself may depend on the private data. A caller that *knows* no noise was drawn may
 call :meth:`Reservation.cancel`; a cancelled entry is kept for the record and not counted. A refused
-release writes nothing. The ledger never recreates or resets a file it cannot read.
+release writes nothing. A ledger is created only by :meth:`Ledger.create`; it is never recreated or
+reset, and a file it cannot read is an error.
 
 Sums and rounding
 -----------------
@@ -82,6 +86,7 @@ import json
 import logging
 import math
 import os
+import stat
 import uuid
 from dataclasses import dataclass
 from fractions import Fraction
@@ -90,6 +95,7 @@ from urllib.parse import unquote, urlparse
 
 from .errors import BudgetError, InvalidArgument
 from .identity import estimate_fingerprint, sample_fingerprint
+from .plan import format_up
 
 log = logging.getLogger("raydp.ledger")
 
@@ -167,7 +173,8 @@ class Guarantee:
         if self.releases == 0:
             return "no releases yet"
         vacuous = " (γ ≥ 1: no random-DP guarantee)" if self.gamma >= 1 else ""
-        return (f"({self.epsilon:g}, {self.delta:g}, {self.gamma:g})-random differential privacy over "
+        return (f"({format_up(self.epsilon)}, {format_up(self.delta)}, {format_up(self.gamma)})-random "
+                f"differential privacy over "
                 f"{self.releases} release(s) using {self.estimates} estimate(s) from {self.samples} "
                 f"G sample(s){vacuous}")
 
@@ -202,33 +209,29 @@ class Reservation:
 class Ledger:
     """A privacy budget ledger stored as a JSON file at ``path`` (a local path or ``file://`` URI).
 
-    ``Ledger(path, epsilon_total=E, delta_total=D)`` creates the file when it does not exist
-    (``delta_total`` defaults to 0: pure-DP releases only) and checks the totals when it does.
-    ``Ledger(path)`` opens an existing ledger with its stored totals. Mismatched totals, a missing
-    file without totals, or a file that is not a valid ledger raise :class:`~raydp.errors.BudgetError`.
+    ``Ledger.create(path, epsilon_total=E, delta_total=D)`` creates a new ledger (``delta_total``
+    defaults to 0: pure-DP releases only) and refuses if the file exists. ``Ledger(path)`` opens an
+    existing one; totals given there are checked against the stored ones. A ledger is **never**
+    created implicitly: a ledger that was deleted must not come back with a full budget.
+
+    The path is resolved (a symbolic link names the file it points to, so every spelling is one
+    budget); a ledger with more than one hard link is refused (a spend would fork it). Spends are
+    serialised by an ``fcntl`` lock on the ledger's directory, written to a temporary file that takes
+    the ledger's owner and mode, fsynced and moved into place. A read-only ledger is never written.
+    Mismatched totals, a missing or damaged file raise :class:`~raydp.errors.BudgetError`.
     """
 
     def __init__(self, path, epsilon_total: float | None = None, delta_total: float | None = None):
-        self.path = _local_path(path)
-        self.lock_path = self.path + ".lock"
+        self.path = os.path.realpath(_local_path(path))
         eps = None if epsilon_total is None else _check_total(epsilon_total, "epsilon_total")
         dlt = None if delta_total is None else _check_total(delta_total, "delta_total")
         if os.path.isdir(self.path):
             raise InvalidArgument(f"ledger path {self.path!r} is a directory; give a file name")
-        if eps is None and not os.path.exists(self.path):
-            what = "delta_total alone cannot create one; " if dlt is not None else ""
-            raise BudgetError(f"no ledger at {self.path!r}; {what}a ledger is created by giving its totals "
-                              "(epsilon_total=, or --epsilon-total on raydp release)")
-        if os.path.exists(self.path):
-            doc = self._read()  # writes are atomic replaces: reading needs no lock (nor write access)
-        else:
-            with self._locked():  # two processes creating the same ledger: one creates, one checks
-                if os.path.exists(self.path):
-                    doc = self._read()
-                else:
-                    doc = {"kind": KIND, "format": FORMAT, "epsilon_total": eps,
-                           "delta_total": 0.0 if dlt is None else dlt, "created": _now(), "entries": []}
-                    self._write(doc)
+        if not os.path.exists(self.path):
+            raise BudgetError(f"no ledger at {self.path!r}; a ledger is never created implicitly (a missing one must "
+                              "not come back with a full budget) — create it once with Ledger.create(path, "
+                              "epsilon_total=...) or `raydp ledger create PATH --epsilon-total E`")
+        doc = self._read()  # writes are atomic replaces: reading needs no lock (nor write access)
         stored = (doc["epsilon_total"], doc["delta_total"])
         asked = (eps, dlt)
         diffs = [f"{name} stored {s!r}, given {a!r}" for name, s, a in
@@ -238,13 +241,43 @@ class Ledger:
                               "a ledger's totals are fixed when it is created — omit them or use a new ledger")
         self.epsilon_total, self.delta_total = stored
 
+    @classmethod
+    def create(cls, path, epsilon_total: float, delta_total: float = 0.0) -> "Ledger":
+        """Create a new ledger with its totals; :class:`BudgetError` if one exists at ``path``."""
+        real = os.path.realpath(_local_path(path))
+        eps = _check_total(epsilon_total, "epsilon_total")
+        dlt = _check_total(delta_total, "delta_total")
+        if os.path.isdir(real):
+            raise InvalidArgument(f"ledger path {real!r} is a directory; give a file name")
+        parent = os.path.dirname(real)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise BudgetError(f"cannot create ledger {real!r}: {exc.strerror or exc}") from None
+        doc = {"kind": KIND, "format": FORMAT, "epsilon_total": eps, "delta_total": dlt, "created": _now(),
+               "entries": []}
+        tmp = _write_tmp(real, doc, like=None)
+        try:
+            os.link(tmp, real)  # atomic create-if-absent
+        except FileExistsError:
+            raise BudgetError(f"a ledger already exists at {real!r}; it is never overwritten — open it with "
+                              "Ledger(path) or choose another path") from None
+        except OSError as exc:
+            raise BudgetError(f"cannot create ledger {real!r}: {exc.strerror or exc}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        _fsync_dir(parent)
+        return cls(real)
+
     # ---- files -----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _locked(self):
+        """An exclusive ``flock`` on the ledger's directory: no lock file that can be deleted or differ by
+        spelling (the path is resolved), and every process that spends from this ledger takes it."""
         parent = os.path.dirname(self.path)
         try:
-            os.makedirs(parent, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except OSError as exc:
             raise BudgetError(f"cannot lock ledger {self.path!r}: {exc.strerror or exc}") from None
         try:
@@ -254,7 +287,21 @@ class Ledger:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def _stat(self) -> os.stat_result:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise BudgetError(f"ledger {self.path!r} has disappeared; it is not recreated (that would reset the "
+                              "budget) — restore it or start a new ledger deliberately") from None
+        except OSError as exc:
+            raise BudgetError(f"cannot read ledger {self.path!r}: {exc.strerror or exc}") from None
+        if st.st_nlink > 1:
+            raise BudgetError(f"ledger {self.path!r} has {st.st_nlink} hard links; a spend would replace the file "
+                              "under one name only and fork the budget — keep one name (a symbolic link is fine)")
+        return st
+
     def _read(self) -> dict:
+        self._stat()
         try:
             with open(self.path, "rb") as f:
                 raw = f.read()
@@ -266,20 +313,20 @@ class Ledger:
         try:
             doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
             _validate(doc)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BudgetError(f"ledger {self.path!r} is corrupt ({exc}); it was left untouched and is never reset "
-                              "— restore it from a backup") from None
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            raise BudgetError(f"ledger {self.path!r} is corrupt ({str(exc)[:200]}); it was left untouched and is "
+                              "never reset — restore it from a backup") from None
         return doc
 
     def _write(self, doc: dict) -> None:
+        """Replace the ledger by ``doc``: same owner and mode, fsynced; refused if the ledger is read-only."""
+        st = self._stat()
+        if not st.st_mode & stat.S_IWUSR or not os.access(self.path, os.W_OK):
+            raise BudgetError(f"ledger {self.path!r} is read-only; nothing was spent or changed (make it writable "
+                              "to release from it)")
         parent = os.path.dirname(self.path)
-        tmp = os.path.join(parent, f".{os.path.basename(self.path)}.{uuid.uuid4().hex}.tmp")
-        data = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).encode()
+        tmp = _write_tmp(self.path, doc, like=st)
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, self.path)
             _fsync_dir(parent)
         except OSError as exc:
@@ -389,6 +436,28 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({self.path!r}, epsilon_total={self.epsilon_total!r}, delta_total={self.delta_total!r})"
+
+
+def _write_tmp(path: str, doc: dict, like: os.stat_result | None) -> str:
+    """``doc`` in a fsynced temporary file next to ``path``, with ``like``'s owner and mode when given."""
+    parent = os.path.dirname(path)
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    data = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).encode()
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if like is not None:
+                os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode))
+                if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+                    os.fchown(f.fileno(), like.st_uid, like.st_gid)
+            os.fsync(f.fileno())
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        what = "keep the owner of" if isinstance(exc, PermissionError) and like is not None else "write"
+        raise BudgetError(f"cannot {what} ledger {path!r}: {exc.strerror or exc}; nothing was spent") from None
+    return tmp
 
 
 def _finish_quietly(res: Reservation, status: str) -> None:

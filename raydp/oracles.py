@@ -355,7 +355,10 @@ def _load_path(path: str) -> tuple[np.ndarray, list[str]]:
     except OracleError:
         raise
     except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError, ...)
-        raise OracleError(f"bootstrap source {path!r} could not be read: {exc}") from exc
+        # pyarrow's message quotes the row it choked on: the type and a hint only
+        raise OracleError(f"bootstrap source {path!r} could not be read ({type(exc).__name__}: a malformed row, "
+                          "or not a Parquet/CSV file; the parser's message is withheld because it quotes the "
+                          "data)") from None
     return _table_to_array(table, repr(path))
 
 

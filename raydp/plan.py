@@ -23,6 +23,8 @@ import math
 import numbers
 from dataclasses import asdict, dataclass
 
+from decimal import ROUND_CEILING, Decimal, localcontext
+
 from scipy.special import lambertw
 
 from .errors import PlanError
@@ -62,13 +64,57 @@ class Plan:
         """How many of the largest G values determine Δ̂ = G_(k): m − k + 1."""
         return self.m - self.k + 1
 
-    def satisfies_theorem15(self, tol: float = 1e-12) -> bool:
-        """Check both inequalities of Theorem 15 for this (m, k, γ, ρ)."""
+    def satisfies_theorem15(self) -> bool:
+        """Check both inequalities of Theorem 15 for this (m, k, γ, ρ), exactly (60-digit decimals, no tolerance)."""
         if not (0.0 < self.rho < min(self.gamma, 0.5)) or not (1 <= self.k <= self.m):
             return False
-        m_ok = self.m >= math.log(1 / self.rho) / (2 * (self.gamma - self.rho) ** 2) * (1 - tol)
-        k_ok = self.k >= self.m * (1 - self.gamma + gamma_lo(self.m, self.rho)) * (1 - tol)
-        return m_ok and k_ok
+        return self.m >= _m_bound(self.gamma, self.rho) and self.k >= _k_bound(self.m, self.gamma, self.rho)
+
+
+# ---- exact bounds --------------------------------------------------------------------------------
+# Theorem 15's bounds hold for the float values of γ and ρ a plan carries; they involve a log and a
+# square root, so they are evaluated in 60-digit decimal arithmetic and pushed outward by a relative
+# 1e-40 (far above that arithmetic's error, far below one pair at m ≤ 2**53). A plan's m and k are
+# then never below the exact bounds, and a γ it reports is never below the exact γ it certifies.
+
+_PREC = 60
+_OUT = Decimal("1e-40")
+
+
+def _ln_inv(rho: float) -> Decimal:
+    return (Decimal(1) / Decimal(rho)).ln()
+
+
+def _m_bound(gamma: float, rho: float) -> Decimal:
+    """log(1/ρ) / (2 (γ − ρ)²), pushed up."""
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        d = Decimal(gamma) - Decimal(rho)
+        return _ln_inv(rho) / (2 * d * d) * (1 + _OUT)
+
+
+def _gamma_lo_exact(m: int, rho: float) -> Decimal:
+    """ρ + sqrt(log(1/ρ) / (2m)), pushed up."""
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        return (Decimal(rho) + (_ln_inv(rho) / (2 * Decimal(m))).sqrt()) * (1 + _OUT)
+
+
+def _k_bound(m: int, gamma: float, rho: float) -> Decimal:
+    """m (1 − γ + γ_lo(m, ρ)), pushed up."""
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        return Decimal(m) * (1 - Decimal(gamma) + _gamma_lo_exact(m, rho)) * (1 + _OUT)
+
+
+def _ceil_dec(x: Decimal) -> int:
+    return int(x.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _float_up(x: Decimal) -> float:
+    """The smallest float >= x."""
+    f = float(x)
+    return f if Decimal(f) >= x else math.nextafter(f, math.inf)
 
 
 def gamma_lo(m: int, rho: float) -> float:
@@ -123,10 +169,42 @@ def _check_count(name: str, value) -> int:
     return int(value)
 
 
+def _m_for(gamma: float, rho: float) -> int:
+    # the float formula (every plan made so far), raised to the exact bound where rounding put it below
+    return max(_ceil(math.log(1.0 / rho) / (2.0 * (gamma - rho) ** 2)), _ceil_dec(_m_bound(gamma, rho)))
+
+
 def _k_for(m: int, gamma: float, rho: float) -> int:
-    # callers ensure γ ≥ γ_lo(m, ρ), so the bound is ≤ m up to rounding; clamp that rounding only
-    k = _ceil(m * (1.0 - gamma + gamma_lo(m, rho)))
+    # callers ensure γ ≥ γ_lo(m, ρ) exactly, so the bound is ≤ m; the float formula is kept where it is
+    # valid (every plan made so far) and raised to the exact bound where rounding put it below
+    k = max(_ceil(m * (1.0 - gamma + gamma_lo(m, rho))), _ceil_dec(_k_bound(m, gamma, rho)))
     return max(1, min(k, m))
+
+
+def _gamma_claim(historic: float, exact: Decimal) -> float:
+    """A γ to report: the historic float value where it is not below the exact one, else the exact one rounded up."""
+    return historic if Decimal(historic) >= exact else _float_up(exact)
+
+
+def _manual_gamma(m: int, k: int, rho: float) -> float:
+    """γ = 1 − k/m + γ_lo(m, ρ), never below its exact value."""
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        exact = 1 - Decimal(k) / Decimal(m) + _gamma_lo_exact(m, rho)
+    # 1 − k/m loses the low digits of γ when γ is near 1: round the claim up, never down
+    return _gamma_claim(1.0 - k / m + gamma_lo(m, rho) + 4 * math.ulp(1.0), exact)
+
+
+def _smallest_k(m: int, rho: float) -> int:
+    """The smallest k whose manual plan certifies some γ < 1 (callers ensure one exists)."""
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        k = max(1, int(Decimal(m) * _gamma_lo_exact(m, rho)))
+    while k > 1 and _manual_gamma(m, k - 1, rho) < 1.0:
+        k -= 1
+    while _manual_gamma(m, k, rho) >= 1.0:
+        k += 1
+    return k
 
 
 def _min_m_with_some_gamma() -> int:
@@ -171,12 +249,13 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
         if g < MIN_GAMMA:
             raise PlanError(f"gamma={g!r} needs more than 2**53 pairs; use gamma >= {MIN_GAMMA:g}")
         rho = rho_for_gamma(g)
-        mm = _ceil(math.log(1.0 / rho) / (2.0 * (g - rho) ** 2))
+        mm = _m_for(g, rho)
         return Plan(m=mm, k=_k_for(mm, g, rho), gamma=g, rho=rho, mode="m")
     if given == ("m",):
         mm = _check_count("m", m)
         rho = rho_for_m(mm)
-        g = gamma_lo(mm, rho) * (1.0 + 4 * math.ulp(1.0))  # γ is a claim: round it up, never down
+        # γ is a claim: round it up, never down
+        g = _gamma_claim(gamma_lo(mm, rho) * (1.0 + 4 * math.ulp(1.0)), _gamma_lo_exact(mm, rho))
         if g >= 1.0:
             raise PlanError(f"m={mm} is too small to certify any gamma < 1; use m >= {MIN_M}")
         return Plan(m=mm, k=mm, gamma=g, rho=rho, mode="gamma")
@@ -184,11 +263,11 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
         g = _check_gamma(gamma)
         mm = _check_count("m", m)
         rho = rho_for_m(mm)
-        lo = gamma_lo(mm, rho)
-        if g < lo:
+        lo = _gamma_lo_exact(mm, rho)
+        if Decimal(g) < lo:
             raise PlanError(
                 f"gamma={g} is below the smallest gamma that m={mm} pairs can certify; "
-                f"use gamma >= {lo:.7g} or a larger m"
+                f"use gamma >= {format_up(_float_up(lo))} or a larger m"
             )
         return Plan(m=mm, k=_k_for(mm, g, rho), gamma=g, rho=rho, mode="k")
     if given == ("m", "k"):
@@ -197,13 +276,11 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
         if kk > mm:
             raise PlanError(f"k must be at most m, got k={kk} > m={mm}")
         rho = rho_for_m(mm)
-        # 1 − k/m loses the low digits of γ when γ is near 1: round the claim up, never down
-        g = 1.0 - kk / mm + gamma_lo(mm, rho) + 4 * math.ulp(1.0)
+        g = _manual_gamma(mm, kk, rho)
         if g >= 1.0:
-            smallest_k = _ceil(mm * (gamma_lo(mm, rho) + 1e-12)) + 1
             raise PlanError(
                 f"m={mm}, k={kk} certifies no gamma < 1 (it would be {g:.4g}); "
-                + (f"use k >= {min(smallest_k, mm)}" if min_gamma(mm) < 1 else f"use m >= {MIN_M}")
+                + (f"use k >= {_smallest_k(mm, rho)}" if min_gamma(mm) < 1 else f"use m >= {MIN_M}")
             )
         return Plan(m=mm, k=kk, gamma=g, rho=rho, mode="manual")
     if given == ("gamma", "m", "k"):
@@ -211,3 +288,22 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
     if given == ("gamma", "k") or given == ("k",):
         raise PlanError("k needs m: give gamma | m | m and gamma | m and k")
     raise PlanError("give gamma, or m, or m and gamma, or m and k")
+
+
+def format_up(x: float, digits: int = 6) -> str:
+    """``x`` with ``digits`` significant digits, rounded toward +∞: a printed ε, δ or γ is never smaller
+    than the one it stands for (``f"{x:g}"`` rounds to nearest, which can understate it).
+
+    >>> format_up(0.05646770780814573), format_up(0.5), format_up(0.0)
+    ('0.0564678', '0.5', '0')
+    """
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    text = f"{x:.{digits}g}"
+    if float(text) < x:
+        exponent = math.floor(math.log10(abs(x)))
+        step = 10.0 ** (exponent - digits + 1)
+        text = f"{float(text) + step:.{digits}g}"
+        while float(text) < x:  # float steps can land a hair short
+            text = f"{math.nextafter(float(text), math.inf):.{digits + 1}g}"
+    return text

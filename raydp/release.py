@@ -15,14 +15,18 @@ amortisation); each release still spends its own ε and δ.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import EstimateMismatchError, InvalidArgumentError, MechanismError, TargetError
+from .errors import EstimateMismatchError, InvalidArgumentError, MechanismError, RaydpError, TargetError
 from .estimate import SensitivityEstimate
 from .identity import describe, measurement
+from .plan import format_up
 from .sampler import estimate_sensitivity
 from .targets import as_target
 
@@ -46,10 +50,17 @@ class Release:
     ledger: dict | None = field(default=None, repr=False)
 
     def statement(self) -> str:
-        notion = "ε" if self.delta == 0 else "(ε, δ)"
-        return (f"({self.epsilon:g}, {self.delta:g}, {self.gamma:g})-random differential privacy: "
-                f"{notion}-DP for all but a γ={self.gamma:g} fraction of neighbouring databases drawn "
-                f"from the oracle; {self.mechanism['name']} mechanism with sensitivity {self.sensitivity:.6g}")
+        """The guarantee in words. ε, δ and γ are printed rounded up, never understated."""
+        notion = "ε-DP" if self.delta == 0 else "(ε, δ)-DP"
+        eps, dlt, gam = format_up(self.epsilon), format_up(self.delta), format_up(self.gamma)
+        return (f"({eps}, {dlt}, {gam})-random differential privacy: with probability at least 1 − {gam} over "
+                f"a neighbouring pair drawn from the oracle and the sampler's draw of Δ̂, the release is {notion} "
+                f"on that pair; {_mechanism_words(self.mechanism)} with sensitivity {self.sensitivity:.6g}")
+
+
+def _mechanism_words(mechanism: dict) -> str:
+    calibration = mechanism.get("params", {}).get("calibration")
+    return f"{mechanism['name']} mechanism" + (f" ({calibration} calibration)" if calibration else "")
 
 
 def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int) -> None:
@@ -75,11 +86,49 @@ def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int
         )
 
 
-def _respond(mechanism, value, sensitivity: float):
-    """``mechanism.release`` on the private answer; a failure's message is withheld (it may quote it)."""
+@contextlib.contextmanager
+def _quiet():
+    """While the target and the mechanism see private data: their warnings and prints go nowhere."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _private_release(data, target, mechanism, estimate: SensitivityEstimate):
+    """target(data), embedded and noised: the only code that touches the private data.
+
+    No message of the target or the mechanism is repeated (computed on the private data, it may quote
+    records or the exact answer), nor any warning or print of theirs; a ``SystemExit`` or other
+    ``BaseException`` of the target is a failure like any other (a ``KeyboardInterrupt`` stays one,
+    without its arguments).
+    """
     try:
-        return mechanism.release(value, sensitivity)
-    except Exception as exc:
+        with _quiet():
+            value = target(data)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt() from None
+    except BaseException as exc:  # noqa: BLE001 - SystemExit(data) must not reach the caller either
+        raise TargetError(f"the target raised {type(exc).__name__} on the private data; its message is "
+                          "withheld because it may quote the data") from None
+    try:
+        with _quiet():
+            embedded = np.asarray(mechanism.embed(value))
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt() from None
+    except BaseException as exc:  # noqa: BLE001
+        raise MechanismError(f"the target's output on the private data does not fit the {mechanism.name} "
+                             f"mechanism ({type(exc).__name__}; message withheld: it may quote the output)") from None
+    if embedded.size != estimate.output_dim:
+        raise EstimateMismatchError(
+            f"target output on the data has {embedded.size} coordinates; the estimate was for {estimate.output_dim}"
+        )
+    try:
+        with _quiet():
+            return mechanism.release(value, estimate.sensitivity)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt() from None
+    except BaseException as exc:  # noqa: BLE001
         raise MechanismError(f"the {mechanism.name} mechanism raised {type(exc).__name__} on the private answer; "
                              "its message is withheld because it may quote the answer") from None
 
@@ -93,8 +142,10 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     ``len(data)``), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now.
 
     ``ledger`` (a :class:`raydp.ledger.Ledger` or the path of an existing one) charges this release's
-    (ε, δ, γ) durably before the noise is drawn and refuses it with :class:`raydp.errors.BudgetError`,
-    releasing nothing, if it would exceed the ledger's totals. ``ledger_label`` is stored with the
+    (ε, δ, γ) durably before the target sees the private data, and refuses it with
+    :class:`raydp.errors.BudgetError` — the same refusal whatever the data, the target never called —
+    if it would exceed the ledger's totals. A release that then fails is counted, and its error
+    does not say why (the reason could depend on the data). ``ledger_label`` is stored with the
     entry (never put private data in it).
     """
     if ledger is not None:
@@ -127,30 +178,21 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     elif any(v is not None for v in (oracle, gamma, m, k, seed)):
         raise InvalidArgumentError("estimate= was given: do not also give oracle, gamma, m, k or seed")
     check_estimate_fits(estimate, target, mechanism, n)
-    # Neither the target's nor the mechanism's error message is repeated: computed on the private
-    # data, it may quote records or the exact (unnoised) answer.
-    try:
-        value = target(data)
-    except Exception as exc:
-        raise TargetError(f"the target raised {type(exc).__name__} on the private data; its message is "
-                          "withheld because it may quote the data") from None
-    try:
-        embedded = np.asarray(mechanism.embed(value))
-    except Exception as exc:
-        raise MechanismError(f"the target's output on the private data does not fit the {mechanism.name} "
-                             f"mechanism ({type(exc).__name__}; message withheld: it may quote the output)") from None
-    if embedded.size != estimate.output_dim:
-        raise EstimateMismatchError(
-            f"target output on the data has {embedded.size} coordinates; the estimate was for {estimate.output_dim}"
-        )
     eps, delta = mechanism.privacy()
     entry = None
     if ledger is None:
-        released = _respond(mechanism, value, estimate.sensitivity)
+        released = _private_release(data, target, mechanism, estimate)
     else:
+        # Charged before the target sees the private data: whatever happens next (the target raises or
+        # returns another size *depending on the data*) was an evaluation on the data and stays counted,
+        # and its failure says only that it failed — one answer whatever the reason.
         with ledger.charge(eps, delta, estimate.gamma, mechanism=mechanism.name, sensitivity=estimate.sensitivity,
                            estimate=estimate.provenance(), label=ledger_label) as charge:
-            released = _respond(mechanism, value, estimate.sensitivity)
+            try:
+                released = _private_release(data, target, mechanism, estimate)
+            except RaydpError:
+                raise TargetError(f"the release failed on the private data; why is withheld because it depends on "
+                                  f"the data (ledger entry {charge.id} stays counted as spent)") from None
         entry = {"path": ledger.path, "entry": charge.id, "composed": charge.guarantee.to_dict()}
     return Release(value=released, epsilon=float(eps), delta=float(delta), gamma=estimate.gamma,
                    sensitivity=estimate.sensitivity, mechanism=describe(mechanism), estimate=estimate.provenance(),

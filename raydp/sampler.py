@@ -17,6 +17,7 @@ Nothing below this module calls back into it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
@@ -25,7 +26,7 @@ from .engine.backends import as_backend
 from .engine.blocks import BlockLayout, PairJob, check_timeout, default_block_size, probe_output_dim
 from .engine.progress import Progress
 from .engine.reduce import Reducer
-from .errors import InvalidArgumentError, StoreError
+from .errors import InvalidArgumentError, PlanError, StoreError
 from .estimate import SensitivityEstimate
 from .identity import RunIdentity, describe
 from .plan import Plan, plan as make_plan
@@ -114,17 +115,20 @@ def estimate_sensitivity(
     for attr in ("embed", "distance", "norm"):
         if not hasattr(mechanism, attr):
             raise InvalidArgumentError(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
-    seed = resolve_seed(seed)
+    seed = None if seed is None else resolve_seed(seed)
     for flag, value in (("strict", strict), ("progress", progress), ("keep_sample", keep_sample), ("resume", resume)):
         check_bool(value, flag)
     store_options = {key: options.pop(key) for key in STORE_OPTIONS if key in options and store is not None}
     st = _open_store(store, store_options)
-    if block_size is None and st is not None and resume:
-        block_size = st.stored_block_size()  # resuming/extending keeps the stored run's blocks
+    if st is not None and resume and (seed is None or block_size is None):
+        stored_seed, stored_bs = st.stored()  # resuming/extending keeps the stored run's seed and blocks
+        seed = stored_seed if seed is None else seed
+        block_size = stored_bs if block_size is None else block_size
     if block_size is None:
         bs = default_block_size(n, p.m, batched=callable(getattr(target, "batch", None)))
     else:
         bs = check_int(block_size, "block_size", min_value=1)
+    seed = resolve_seed(seed)
     engine = as_backend(backend, options)
     if st is None and resume:
         raise InvalidArgumentError("resume=True needs a store")
@@ -136,6 +140,7 @@ def estimate_sensitivity(
                            target=describe(target), oracle=describe(oracle), output_dim=out_dim)
     job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=p.m, seed=seed, block_size=bs,
                   out_dim=out_dim, strict=bool(strict), pair_timeout=pair_timeout)
+    check_fits(p, job.layout, keep_sample=keep_sample)
     t0 = time.perf_counter()
     reducer = Reducer(job.layout, p.keep, keep_sample=keep_sample)
     sink = None
@@ -148,7 +153,7 @@ def estimate_sensitivity(
         sink = st.writer()
     todo = reducer.missing()
     if st is not None and stored:
-        log.info("resuming %s: %d blocks stored, %d to run", st.uri, stored, len(todo))
+        log.info("resuming %s: %d blocks stored, %d to run", st.display, stored, len(todo))
     # Blocks that only feed Δ̂ are cut to their m − k + 1 largest G where they are computed; a store
     # or the full sample needs every value.
     compact = None if (keep_sample or st is not None) else p.keep
@@ -166,9 +171,31 @@ def estimate_sensitivity(
     reducer.finish()
     sensitivity = reducer.order_statistic()
     if st is not None:
-        st.finish({"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf", "failures": reducer.failures,
-                   "failure_kinds": reducer.failure_kinds, "plan": p.to_dict()})
+        st.finish(identity, p, {"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf",
+                                "failures": reducer.failures, "failure_kinds": reducer.failure_kinds,
+                                "plan": p.to_dict()})
     return _estimate(identity, p, reducer, sensitivity, seconds=time.perf_counter() - t0)
+
+
+def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
+    """Refuse, before anything is written, a run whose bookkeeping cannot fit in this driver's memory.
+
+    The driver holds about 24 bytes per kept G (the m − k + 1 largest, buffered up to twice), a few
+    dozen bytes per block (which blocks are done, the engine's task groups), and 8 bytes per pair
+    when the whole sample is kept. More than half of this machine's memory is refused.
+    """
+    need = 24 * p.keep + 48 * layout.count + (8 * p.m if keep_sample else 0)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        have = 16 << 30
+    if need > have // 2:
+        raise PlanError(
+            f"this run cannot fit: m={p.m:,} pairs with k={p.k:,} in {layout.count:,} blocks needs about "
+            f"{need / 2**30:,.1f} GiB of driver memory (the m - k + 1 = {p.keep:,} largest G"
+            f"{', the whole sample' if keep_sample else ''} and per-block bookkeeping); this machine has "
+            f"{have / 2**30:,.1f} GiB. Use a larger gamma, a smaller m or a larger block_size"
+        )
 
 
 def _estimate(identity: RunIdentity, p: Plan, reducer: Reducer, sensitivity: float, *,
@@ -190,7 +217,7 @@ def load_estimate(store, *, gamma: float | None = None) -> SensitivityEstimate:
     for result in st.blocks(reducer.layout, quarantine=False):
         reducer.add(result)
     if reducer.missing():
-        raise StoreError(f"store {st.uri!r} is incomplete: {len(reducer.seen)} of {reducer.layout.count} blocks "
+        raise StoreError(f"store {st.display!r} is incomplete: {reducer.done} of {reducer.layout.count} blocks "
                          "verified; finish it with resume=True (raydp estimate ... --store URI --resume)")
     reducer.finish()
     est = _estimate(identity, p, reducer, reducer.order_statistic(), seconds=0.0)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 
 import pytest
 
@@ -20,3 +27,51 @@ def ray_session():
     assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
     yield ray
     ray.shutdown()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_AWS = dict(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+
+
+def start_moto(bucket: str = "raydp") -> tuple[int, subprocess.Popen]:
+    """Start a moto S3 server on 127.0.0.1 with ``bucket``; return (port, process). The caller stops it."""
+    port = _free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("moto S3 server did not start")
+    os.environ.update(_AWS)  # moto accepts any credentials; pyarrow and boto3 need some
+    import boto3
+
+    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(Bucket=bucket)
+    return port, proc
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """A moto S3 server on 127.0.0.1 with a bucket 'raydp'; yields its port."""
+    pytest.importorskip("moto")
+    old = {k: os.environ.get(k) for k in _AWS}
+    port, proc = start_moto()
+    yield port
+    proc.terminate()
+    proc.wait(10)
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -147,10 +147,10 @@ def ctx(tmp_path_factory):
 
     c.meta_not_json = store_with("meta_not_json", "{bad")
     c.meta_list = store_with("meta_list", "[1, 2]")
-    c.meta_no_plan = store_with("meta_no_plan", {"format": 1})
+    c.meta_no_plan = store_with("meta_no_plan", {"format": meta["format"]})
     c.meta_bad_m = store_with("meta_bad_m", {**meta, "plan": {**meta["plan"], "m": "many"}})
-    c.meta_inf_m = store_with("meta_inf_m", '{"format": 1, "plan": {"m": Infinity, "k": 1, "gamma": 0.5, '
-                                            '"rho": 0.1, "mode": "manual"}, "provenance": {}}')
+    c.meta_inf_m = store_with("meta_inf_m", '{"format": %d, "plan": {"m": Infinity, "k": 1, "gamma": 0.5, '
+                                            '"rho": 0.1, "mode": "manual"}, "provenance": {}}' % meta["format"])
     # a plan that breaks Theorem 15 (γ far below what m = 50 pairs can certify)
     c.meta_bad_plan = store_with("meta_bad_plan", {**meta, "plan": {**meta["plan"], "gamma": 0.001, "rho": 0.0005}})
     c.meta_no_oracle = store_with("meta_no_oracle", {**meta, "provenance": {k: v for k, v in meta["provenance"].items()
@@ -220,7 +220,7 @@ API = [
     ("plan-m-2**70", P(m=HUGE), PlanError, "at most 2**53"),
     ("plan-m-2**53+1", P(m=2**53 + 1, gamma=0.5), PlanError, "at most 2**53"),
     ("plan-m-1", P(m=1), PlanError, "use m >= 2"),
-    ("plan-m-gamma-too-small", P(m=1000, gamma=0.05), PlanError, "use gamma >= 0.0564677"),
+    ("plan-m-gamma-too-small", P(m=1000, gamma=0.05), PlanError, "use gamma >= 0.0564678"),  # rounded up: 0.0564677 itself is refused
     ("plan-m-gamma-nan", P(m=1000, gamma=NAN), PlanError, "open interval (0, 1)"),
     ("plan-k-0", P(m=100, k=0), PlanError, "k must be a positive integer, got 0"),
     ("plan-k-neg", P(m=100, k=-1), PlanError, "k must be a positive integer"),
@@ -476,7 +476,7 @@ API = [
     ("load-int", C(raydp.load_estimate, 5), StoreError, "store must be a path or URI string"),
     ("load-empty", C(raydp.load_estimate, ""), StoreError, "store must be a path or URI string"),
     ("load-meta-not-json", lambda c: raydp.load_estimate(c.meta_not_json), StoreError, "cannot read meta.json"),
-    ("load-meta-list", lambda c: raydp.load_estimate(c.meta_list), StoreError, "has format None"),
+    ("load-meta-list", lambda c: raydp.load_estimate(c.meta_list), StoreError, "is not a JSON object"),
     ("load-meta-no-plan", lambda c: raydp.load_estimate(c.meta_no_plan), StoreError, "malformed meta.json (KeyError"),
     ("load-meta-bad-m", lambda c: raydp.load_estimate(c.meta_bad_m), StoreError, "malformed meta.json (ValueError"),
     ("load-meta-inf-m", lambda c: raydp.load_estimate(c.meta_inf_m), StoreError, "malformed meta.json"),

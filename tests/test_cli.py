@@ -23,7 +23,7 @@ def run_cli(*args):
     (["plan", "--gamma", "abc"], "invalid float value"),
     (["plan", "--m", "0"], "positive integer"),
     (["plan", "--m", "100", "--k", "200"], "at most m"),
-    (["plan", "--m", "1000", "--gamma", "0.05"], "use gamma >= 0.0564677"),
+    (["plan", "--m", "1000", "--gamma", "0.05"], "use gamma >= 0.0564678"),
     (["plan"], "give gamma"),
     (["frobnicate"], "invalid choice"),
     (["estimate", "--target", "nomodule:f", "--oracle", "raydp.oracles:exponential", "--n", "5", "--m", "50"],

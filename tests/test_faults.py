@@ -96,6 +96,7 @@ def _shard_paths(uri) -> list[Path]:
 def _store_rows(uri) -> tuple[np.ndarray, np.ndarray, dict[str, set]]:
     """(block, pair) of every stored row, and the set of blocks of each shard file."""
     st = Store.open(str(uri))
+    st.load()  # a shard is read for the run held in meta.json
     blocks, pairs, per_shard = [], [], {}
     for p in _shard_paths(uri):
         _, b, pr, _ = st.read_shard(p.name)

@@ -59,7 +59,7 @@ def charge(led, eps, delta=0.0, gamma=0.1, **kw):
 # ---- sums and totals ----------------------------------------------------------------------------
 
 def test_spends_are_summed_exactly(tmp_path):
-    led = Ledger(tmp_path / "l.json", epsilon_total=0.3, delta_total=3e-6)
+    led = Ledger.create(tmp_path / "l.json", epsilon_total=0.3, delta_total=3e-6)
     charge(led, 0.1, 1e-6)
     charge(led, 0.2, 2e-6)  # 0.1 + 0.2 != 0.3 in floats; the ledger adds the decimals exactly
     assert led.spent() == (0.3, 3e-6) and led.remaining() == (0.0, 0.0)
@@ -71,14 +71,14 @@ def test_spends_are_summed_exactly(tmp_path):
         again.reserve(0.0001, 1e-12, 0.1, mechanism="gaussian", sensitivity=1.0)
     assert len(led.entries()) == 2
 
-    ten = Ledger(tmp_path / "ten.json", epsilon_total=1.0)  # delta_total defaults to 0
+    ten = Ledger.create(tmp_path / "ten.json", epsilon_total=1.0)  # delta_total defaults to 0
     for _ in range(10):
         charge(ten, 0.1)
     assert ten.spent() == (1.0, 0.0)
     with pytest.raises(BudgetError, match="total 1"):
         charge(ten, 0.1)
     with pytest.raises(BudgetError, match="δ: spent 0 \\+ requested 1e-09 > total 0"):
-        Ledger(tmp_path / "pure.json", epsilon_total=5.0).reserve(0.1, 1e-9, 0.1, mechanism="gaussian",
+        Ledger.create(tmp_path / "pure.json", epsilon_total=5.0).reserve(0.1, 1e-9, 0.1, mechanism="gaussian",
                                                                   sensitivity=1.0)
 
 
@@ -88,15 +88,19 @@ def test_totals_are_validated_fixed_and_checked_on_reopen(tmp_path):
                 {"epsilon_total": 1.0, "delta_total": -1e-9}, {"epsilon_total": 1.0, "delta_total": float("nan")},
                 {"epsilon_total": "1"}):
         with pytest.raises(InvalidArgument):
-            Ledger(tmp_path / "bad.json", **bad)
+            Ledger.create(tmp_path / "bad.json", **bad)
     assert not (tmp_path / "bad.json").exists()
     with pytest.raises(BudgetError, match="no ledger at"):
         Ledger(tmp_path / "missing.json")
-    with pytest.raises(BudgetError, match="delta_total alone"):
+    with pytest.raises(BudgetError, match="no ledger at"):
         Ledger(tmp_path / "missing.json", delta_total=1e-6)
+    with pytest.raises(BudgetError, match="never created implicitly"):  # totals do not create one either
+        Ledger(tmp_path / "missing.json", epsilon_total=1.0)
     assert not (tmp_path / "missing.json").exists()
 
-    Ledger(tmp_path / "l.json", epsilon_total=2.0, delta_total=1e-6)
+    Ledger.create(tmp_path / "l.json", epsilon_total=2.0, delta_total=1e-6)
+    with pytest.raises(BudgetError, match="already exists"):
+        Ledger.create(tmp_path / "l.json", epsilon_total=2.0, delta_total=1e-6)
     assert (Ledger(tmp_path / "l.json").epsilon_total, Ledger(tmp_path / "l.json").delta_total) == (2.0, 1e-6)
     assert Ledger(f"file://{tmp_path}/l.json", epsilon_total=2.0).delta_total == 1e-6
     with pytest.raises(BudgetError, match=r"other totals \(epsilon_total stored 2\.0, given 3\.0\)"):
@@ -104,11 +108,11 @@ def test_totals_are_validated_fixed_and_checked_on_reopen(tmp_path):
     with pytest.raises(BudgetError, match="delta_total stored 1e-06, given 0.0"):
         Ledger(tmp_path / "l.json", epsilon_total=2.0, delta_total=0.0)
     with pytest.raises(InvalidArgument, match="local file"):
-        Ledger("s3://bucket/ledger.json", epsilon_total=1.0)
+        Ledger.create("s3://bucket/ledger.json", epsilon_total=1.0)
 
 
 def test_requests_are_validated(tmp_path):
-    led = Ledger(tmp_path / "l.json", epsilon_total=1.0, delta_total=0.5)
+    led = Ledger.create(tmp_path / "l.json", epsilon_total=1.0, delta_total=0.5)
     for eps, delta, gamma in ((0.0, 0.0, 0.1), (float("nan"), 0.0, 0.1), (0.1, 1.0, 0.1), (0.1, -1e-9, 0.1),
                               (0.1, 0.0, 1.0), (0.1, 0.0, -0.1), (True, 0.0, 0.1)):
         with pytest.raises(InvalidArgument):
@@ -120,7 +124,7 @@ def test_requests_are_validated(tmp_path):
 
 def test_over_budget_release_is_refused_before_any_noise(tmp_path, est, data):
     path = tmp_path / "l.json"
-    led = Ledger(path, epsilon_total=1.0)
+    led = Ledger.create(path, epsilon_total=1.0)
     mech = RecordingLaplace(0.6)
     r = raydp.sample_then_respond(data, targets.mean(), mech, estimate=est, ledger=led)
     assert mech.calls == 1 and r.ledger["entry"] == 1 and led.spent() == (0.6, 0.0)
@@ -136,7 +140,7 @@ def test_over_budget_release_is_refused_before_any_noise(tmp_path, est, data):
 
 def test_charge_is_on_disk_before_release_draws_noise(tmp_path, est, data):
     path = tmp_path / "l.json"
-    led = Ledger(path, epsilon_total=1.0)
+    led = Ledger.create(path, epsilon_total=1.0)
     seen = []
 
     def read_ledger_file():
@@ -152,16 +156,20 @@ def test_charge_is_on_disk_before_release_draws_noise(tmp_path, est, data):
 
 
 def test_a_failed_release_stays_counted_and_cancel_is_explicit(tmp_path, est, data):
-    led = Ledger(tmp_path / "l.json", epsilon_total=1.0)
+    led = Ledger.create(tmp_path / "l.json", epsilon_total=1.0)
 
     def boom():
         raise RuntimeError("noise sampler crashed")
 
-    # the mechanism's own message is withheld (it may quote the private answer); its type is named
+    # without a ledger the mechanism's own message is withheld (it may quote the private answer), its type named
     with pytest.raises(raydp.MechanismError, match="raised RuntimeError") as info:
+        raydp.sample_then_respond(data, targets.mean(), RecordingLaplace(0.5, on_release=boom), estimate=est)
+    assert "crashed" not in str(info.value)
+    # with a ledger nothing about why comes back (it could depend on the data): one answer, counted
+    with pytest.raises(raydp.TargetError, match="release failed on the private data; why is withheld") as info:
         raydp.sample_then_respond(data, targets.mean(), RecordingLaplace(0.5, on_release=boom), estimate=est,
                                   ledger=led)
-    assert "crashed" not in str(info.value)
+    assert "crashed" not in str(info.value) and "RuntimeError" not in str(info.value)
     assert [e["status"] for e in led.entries()] == ["failed"] and led.spent() == (0.5, 0.0)
     # a caller that knows no noise was drawn may give the budget back, once
     res = led.reserve(0.5, 0.0, 0.1, mechanism="laplace", sensitivity=1.0)
@@ -175,7 +183,7 @@ def test_a_failed_release_stays_counted_and_cancel_is_explicit(tmp_path, est, da
 def test_ledger_holds_no_released_value_or_private_data(tmp_path, est):
     path = tmp_path / "l.json"
     data = np.full(N, 123.456789)
-    r = raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(0.5), estimate=est, ledger=Ledger(path, 1.0))
+    r = raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(0.5), estimate=est, ledger=Ledger.create(path, 1.0))
     text = path.read_text()
     assert repr(float(r.value)) not in text and "123.456789" not in text
     assert set(json.loads(text)["entries"][0]) == {"id", "time", "status", "epsilon", "delta", "gamma", "mechanism",
@@ -185,7 +193,7 @@ def test_ledger_holds_no_released_value_or_private_data(tmp_path, est):
 # ---- γ across releases --------------------------------------------------------------------------
 
 def test_gamma_is_shared_per_estimate_and_summed_across_samples(tmp_path, est, data):
-    led = Ledger(tmp_path / "l.json", epsilon_total=10.0)
+    led = Ledger.create(tmp_path / "l.json", epsilon_total=10.0)
 
     def release(e):
         return raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(0.5), estimate=e, ledger=led)
@@ -248,14 +256,14 @@ def _race(path, use_lock, procs=8):
 
 def test_racing_processes_cannot_overspend(tmp_path):
     path = tmp_path / "l.json"
-    Ledger(path, epsilon_total=1.0)
+    Ledger.create(path, epsilon_total=1.0)
     assert _race(path, use_lock=True) == 3
     led = Ledger(path)
     assert led.spent() == (0.9, 0.0) and [e["status"] for e in led.entries()] == ["released"] * 3
     assert sorted(e["id"] for e in led.entries()) == [1, 2, 3]
     # the same race without the lock over-spends: the test above can fail
     unlocked = tmp_path / "unlocked.json"
-    Ledger(unlocked, epsilon_total=1.0)
+    Ledger.create(unlocked, epsilon_total=1.0)
     assert _race(unlocked, use_lock=False) > 3
 
 
@@ -285,7 +293,7 @@ def test_a_corrupt_ledger_is_an_error_never_a_reset(tmp_path, content, why):
 
 def test_damage_after_opening_refuses_and_never_recreates(tmp_path, est, data):
     path = tmp_path / "l.json"
-    led = Ledger(path, epsilon_total=1.0)
+    led = Ledger.create(path, epsilon_total=1.0)
     charge(led, 0.5)
     path.write_text(path.read_text()[:-20])  # torn by something other than raydp
     mech = RecordingLaplace(0.1)
@@ -305,6 +313,7 @@ def test_cli_release_with_ledger_and_show(tmp_path, capsys):
                  "--oracle-args", '{"rate": 1.0}', "--n", "200", "--gamma", "0.1", "--seed", "5",
                  "--out", store, "--quiet"]) == 0
     np.save(data, np.random.default_rng(0).exponential(1.0, 200))
+    assert main(["ledger", "create", ledger, "--epsilon-total", "1"]) == 0
     release = ["release", "--estimate", store, "--data", data, "--target", "raydp.targets:mean",
                "--epsilon", "0.6", "--ledger", ledger, "--budget-epsilon", "1"]
     capsys.readouterr()

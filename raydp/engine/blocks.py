@@ -173,6 +173,9 @@ class PairJob:
                 f"oracle.sample(rng, {size}) returned shape {records.shape}; "
                 f"the first axis must have {size} records"
             )
+        if records.dtype.kind not in "biuf":  # the probe checks this too, but an oracle may change its mind
+            raise OracleError(f"oracle.sample returned dtype {records.dtype} drawing block {block_index} "
+                              "(complex or non-numeric); records must be real numbers")
         records = records[: pairs * (self.n + 1)]
         return records.reshape((pairs, self.n + 1) + records.shape[1:]), start
 
@@ -215,9 +218,12 @@ class PairJob:
         budget = None if self.pair_timeout is None else self.pair_timeout * pairs
         try:  # D and D′ separately: no stacked copy of the block
             with _alarm(budget):
-                outs_a = np.asarray(batch(d), dtype=np.float64)
-                outs_b = np.asarray(batch(d_prime), dtype=np.float64)
-        except (Exception, PairTimeout):
+                outs_a = np.asarray(batch(d))
+                outs_b = np.asarray(batch(d_prime))
+            if outs_a.dtype.kind not in "biuf" or outs_b.dtype.kind not in "biuf":
+                return None  # complex or objects: never cast away (an imaginary part would vanish)
+            outs_a, outs_b = outs_a.astype(np.float64, copy=False), outs_b.astype(np.float64, copy=False)
+        except (Exception, SystemExit, PairTimeout):
             return None  # fall back to pair-by-pair so one bad (or hanging) database fails only its pair
         if outs_a.shape[:1] != (pairs,) or outs_b.shape != outs_a.shape:
             return None
@@ -258,7 +264,9 @@ class PairJob:
                     raise
                 g[j] = self._fail(kinds, "target raised", i)
                 continue
-            except Exception as exc:  # any error of a black-box target is a failed pair
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # any error of a black-box target (SystemExit too) is a failed pair
                 g[j] = self._fail(kinds, "target raised", i, type(exc).__name__)
                 continue
             if not (np.isfinite(a).all() and np.isfinite(b).all()):
@@ -399,7 +407,7 @@ def probe_output_dim(target, oracle, mechanism, n: int, seed: int, timeout: floa
     except PairTimeout:
         raise TargetError(f"the target did not finish within pair_timeout={timeout:g} s on a probe database "
                           "drawn from the oracle; a target that hangs on typical oracle data cannot be sampled") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         # The target's own message is not repeated: it may quote records, and an oracle can be a
         # bootstrap of a real dataset. Run the target on oracle data yourself to see it.
         raise TargetError(

@@ -102,17 +102,17 @@ class Reducer:
         self.failures = 0
         self.failure_kinds: dict = {}
         self.sample = np.full(layout.m, np.nan) if keep_sample else None
-        self.seen: set[int] = set()
+        self._seen = np.zeros(layout.count, dtype=bool)  # one byte per block, whatever m
 
     def add(self, result) -> None:
         b = result.index
-        if b in self.seen:
-            raise EngineError(f"block {b} was delivered twice; refusing to count its pairs twice")
         if not 0 <= b < self.layout.count:
             raise EngineError(f"block {b} was not requested")
+        if self._seen[b]:
+            raise EngineError(f"block {b} was delivered twice; refusing to count its pairs twice")
         if self.sample is not None and not result.complete:
             raise EngineError(f"block {b} arrived compacted but the full sample was asked for")
-        self.seen.add(b)
+        self._seen[b] = True
         self.top.add(result.g, count=result.pairs)
         self.failures += result.failures
         for kind, count in result.failure_kinds.items():
@@ -120,14 +120,19 @@ class Reducer:
         if self.sample is not None:
             self.sample[result.start: result.start + result.g.size] = result.g
 
+    @property
+    def done(self) -> int:
+        """How many blocks were added."""
+        return int(np.count_nonzero(self._seen))
+
     def missing(self) -> list[int]:
         """Blocks of the layout not yet added, in order."""
-        return [b for b in self.layout.blocks() if b not in self.seen]
+        return np.flatnonzero(~self._seen).tolist()
 
     def finish(self) -> "Reducer":
-        missing = self.missing()
-        if missing:
-            raise EngineError(f"{len(missing)} block(s) never finished (e.g. block {missing[0]}); "
+        missing = np.flatnonzero(~self._seen)
+        if missing.size:
+            raise EngineError(f"{missing.size} block(s) never finished (e.g. block {missing[0]}); "
                                 "no estimate is returned from fewer than m pairs")
         if self.top.count != self.layout.m:
             raise EngineError(f"{self.top.count} pairs evaluated, plan needs m={self.layout.m}")

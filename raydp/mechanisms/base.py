@@ -73,6 +73,13 @@ def check_positive_int(value, what: str) -> int:
 def as_float_array(value, what: str) -> np.ndarray:
     """``value`` as a float64 array; :class:`TargetError` if it is not numeric."""
     try:
+        is_complex = np.iscomplexobj(value)
+    except (TypeError, ValueError):  # ragged: the cast below says so
+        is_complex = False
+    if is_complex:  # a cast to float would drop the imaginary part with only a warning
+        raise TargetError(f"{what} is complex; a mechanism needs real numbers (return the real and imaginary "
+                          "parts as separate coordinates)")
+    try:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TargetError(f"{what} must be numeric array-like, got {type(value).__name__}: {exc}") from None

@@ -304,7 +304,7 @@ def test_estimate_is_reused_in_memory_and_checked(cancer):
 def test_ledger_is_charged_and_refuses_when_spent(cancer, tmp_path):
     public, X, y = cancer
     path = tmp_path / "ledger.json"
-    ledger = raydp.Ledger(str(path), epsilon_total=1.0)
+    ledger = raydp.Ledger.create(str(path), epsilon_total=1.0)
     oracle = oracles.bootstrap(public)
     pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.6, seed=1, ledger=ledger,
                           ledger_label="q1", **FAST).fit(X, y)

@@ -303,8 +303,10 @@ class EstimatorTarget:
     """
 
     def __init__(self, estimator, *, n_features: int, supervised: bool, integer_labels: bool, params, shapes,
-                 references=None, kinds=None):
+                 references=None, kinds=None, classes=None):
         self.estimator = estimator
+        # the public fit's classes: a database with another label is a failed fit, never a relabelled one
+        self.classes = None if classes is None else np.asarray(classes, dtype=np.float64)
         self.n_features = int(n_features)
         self.supervised = bool(supervised)
         self.integer_labels = bool(integer_labels)
@@ -333,6 +335,8 @@ class EstimatorTarget:
         if not self.supervised:
             return X, None
         y = db[:, self.n_features]
+        if self.classes is not None and not np.all(np.isin(y, self.classes)):
+            raise TargetError("a class label outside the public fit's classes")
         if self.integer_labels:
             if not np.all(y == np.round(y)):
                 raise TargetError("class labels (the last column) must be whole numbers")
@@ -372,7 +376,8 @@ class EstimatorTarget:
                            "integer_labels": self.integer_labels, "n_features": self.n_features,
                            "canonical": {k: {"kind": v, "reference_sha256": _digest(self.references[k])}
                                          for k, v in sorted(self.kinds.items())},
-                           "sklearn": sklearn.__version__}}
+                           "sklearn": sklearn.__version__,
+                           **({} if self.classes is None else {"classes": self.classes.tolist()})}}
 
     def __repr__(self) -> str:
         return f"EstimatorTarget({self.estimator!r}, released={self.params})"
@@ -381,8 +386,12 @@ class EstimatorTarget:
 # ----------------------------------------------------------------------------- input checks
 
 
-def _as_matrix(X, what: str, min_rows: int = 2) -> tuple[np.ndarray, np.ndarray | None]:
-    """``X`` as a finite 2-D float64 array, and its column names (a DataFrame's). No message quotes the data."""
+def _as_matrix(X, what: str, min_rows: int = 2, values: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """``X`` as a 2-D float64 array, and its column names (a DataFrame's). No message quotes the data.
+
+    ``values=False`` checks only the type and shape, never a value (NaN/inf): with a ledger, any check whose
+    answer depends on the private values must happen after the charge (see :meth:`PrivateEstimator.fit`).
+    """
     try:
         import scipy.sparse as sp
 
@@ -413,12 +422,16 @@ def _as_matrix(X, what: str, min_rows: int = 2) -> tuple[np.ndarray, np.ndarray 
     if arr.shape[0] < min_rows or arr.shape[1] < 1:
         raise InvalidArgumentError(f"{what} must have at least {min_rows} row{'s' * (min_rows > 1)} and 1 column, "
                                    f"got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if values and not np.all(np.isfinite(arr)):
         raise InvalidArgumentError(f"{what} contains NaN or infinite values; impute or drop them first")
     return arr, names
 
 
-def _as_labels(y, n: int) -> np.ndarray:
+def _numeric(values) -> bool:
+    return np.asarray(values).dtype.kind in "biuf"
+
+
+def _as_labels(y, n: int, values: bool = True) -> np.ndarray:
     try:
         raw = np.asarray(y)
     except Exception:
@@ -435,7 +448,7 @@ def _as_labels(y, n: int) -> np.ndarray:
     if raw.shape[0] != n:
         raise InvalidArgumentError(f"y has {raw.shape[0]} entries but X has {n} rows")
     arr = raw.astype(np.float64)
-    if not np.all(np.isfinite(arr)):
+    if values and not np.all(np.isfinite(arr)):
         raise InvalidArgumentError("y contains NaN or infinite values")
     return arr
 
@@ -641,7 +654,11 @@ class PrivateEstimator(BaseEstimator):
         """Sample Δ̂ (or reuse one), fit once on (X, y) and release the parameters. Returns self."""
         estimator = self._checked_estimator()
         name = type(estimator).__name__
-        X, names = _as_matrix(X, "X")
+        # Checks whose answer depends on the private *values* (NaN, unknown labels) are made here only
+        # without a ledger. With one, they would be free probes of the data: they happen inside the
+        # charged private evaluation instead (the fit fails there, counted, its reason withheld).
+        values = self.ledger is None
+        X, names = _as_matrix(X, "X", values=values)
         n, d = X.shape
         supervised = _is_supervised(estimator)
         if supervised and y is None:
@@ -649,7 +666,7 @@ class PrivateEstimator(BaseEstimator):
                                        "(records are rows [X | y], label last)")
         if not supervised and y is not None:
             raise InvalidArgumentError(f"{name} is unsupervised: call fit(X) without y (records are rows of X)")
-        y = _as_labels(y, n) if supervised else None
+        y = _as_labels(y, n, values=values) if supervised else None
         oracle = as_oracle(self.oracle)
         mechanism = self._mechanism()
         template = _prepare(estimator)
@@ -670,11 +687,11 @@ class PrivateEstimator(BaseEstimator):
         kinds = _canonical_kinds(skeleton)
         references = {p: np.asarray(_resolve(skeleton, p), dtype=np.float64) for p in kinds}
         shapes = [np.shape(_resolve(skeleton, p)) for p in paths]
-        target = EstimatorTarget(template, n_features=d, supervised=supervised, integer_labels=integer_labels,
-                                 params=paths, shapes=shapes, references=references, kinds=kinds)
-
         classes = getattr(skeleton, "classes_", None) if classifier else None
-        if supervised and classifier:
+        target = EstimatorTarget(template, n_features=d, supervised=supervised, integer_labels=integer_labels,
+                                 params=paths, shapes=shapes, references=references, kinds=kinds,
+                                 classes=None if classes is None or not _numeric(classes) else classes)
+        if supervised and classifier and values:
             if integer_labels and not np.all(y == np.round(y)):
                 raise InvalidArgumentError("y must hold whole-number class labels, like the oracle's")
             if classes is not None and not np.all(np.isin(y, np.asarray(classes, dtype=np.float64))):

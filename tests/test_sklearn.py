@@ -319,6 +319,26 @@ def test_ledger_is_charged_and_refuses_when_spent(cancer, tmp_path):
     assert "coef" not in path.read_text()  # no released value in the ledger
 
 
+def test_with_a_ledger_value_checks_are_charged_not_free_probes(cancer, tmp_path):
+    """NaN in X or a label the oracle never draws: without a ledger a helpful error before anything is spent;
+    with a ledger the check would answer a question about the private values for free, so the fit fails inside
+    the charged release instead — counted, and the same words whatever the reason."""
+    public, X, y = cancer
+    oracle = oracles.bootstrap(public)
+    ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=2.0)
+    est = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.5, seed=1, **FAST).fit(X, y).estimate_
+    nan = X.copy()
+    nan[0, 0] = np.nan
+    messages = set()
+    for bad_X, bad_y in ((nan, y), (X, np.where(y > 0, 7.0, 0.0))):
+        with pytest.raises(raydp.RaydpError) as failed:
+            PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.5, estimate=est, ledger=ledger,
+                             **FAST).fit(bad_X, bad_y)
+        messages.add((type(failed.value), str(failed.value).split(" (ledger entry")[0]))
+    assert len(messages) == 1 and "withheld" in next(iter(messages))[1]
+    assert ledger.spent() == (1.0, 0.0) and [e["status"] for e in ledger.entries()] == ["failed", "failed"]
+
+
 def test_mechanism_choice(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)

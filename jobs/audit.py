@@ -91,7 +91,7 @@ def audit_cases():
     from raydp.testing import Miscalibrated
 
     lap = raydp.Laplace(1.0)
-    classic = raydp.Gaussian(0.9, 1e-3)
+    classic = raydp.Gaussian(0.9, 1e-3, calibration="classic")
     analytic = raydp.Gaussian(1.0, 1e-2, calibration="analytic")
     expo = raydp.Exponential(1.0, [f"r{i}" for i in range(10)])
     bern = raydp.Bernstein(1.0, lattice=1, dims=1)

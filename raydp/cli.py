@@ -252,13 +252,14 @@ def cmd_ledger_show(a) -> int:
     rows = [("id", "time (UTC)", "status", "epsilon", "delta", "gamma", "mechanism", "sensitivity", "estimate",
              "sample", "label")]
     for e in summary["entries"]:
-        rows.append((str(e["id"]), e["time"][:19], e["status"], f"{e['epsilon']:g}", f"{e['delta']:g}",
-                     f"{e['gamma']:g}", e["mechanism"], f"{e['sensitivity']:.6g}", (e.get("estimate") or "-")[:12],
+        mech = e["mechanism"] + (f"/{e['calibration']}" if e.get("calibration") else "")
+        rows.append((str(e["id"]), e["time"][:19], e["status"], format_up(e["epsilon"]), format_up(e["delta"]),
+                     format_up(e["gamma"]), mech, f"{e['sensitivity']:.6g}", (e.get("estimate") or "-")[:12],
                      (e.get("sample") or "-")[:12], e.get("label") or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     print(f"ledger     {summary['path']}")
     print(f"totals     epsilon={summary['epsilon_total']:g} delta={summary['delta_total']:g}")
-    print(f"spent      epsilon={summary['spent']['epsilon']:g} delta={summary['spent']['delta']:g}   "
+    print(f"spent      epsilon={format_up(summary['spent']['epsilon'])} delta={format_up(summary['spent']['delta'])}   "
           f"remaining epsilon={summary['remaining']['epsilon']:g} delta={summary['remaining']['delta']:g}")
     print(f"guarantee  {Guarantee(**summary['guarantee']).statement()}")
     if len(rows) > 1:

@@ -362,11 +362,13 @@ class Ledger:
                 "guarantee": _compose(doc["entries"]).to_dict(), "entries": doc["entries"]}
 
     def reserve(self, epsilon: float, delta: float, gamma: float, *, mechanism: str, sensitivity: float,
-                estimate: dict | None = None, label: str | None = None) -> Reservation:
+                estimate: dict | None = None, label: str | None = None,
+                calibration: str | None = None) -> Reservation:
         """Record a spend durably (status ``reserved``) or raise :class:`BudgetError` and write nothing.
 
         ``estimate`` is the provenance of the Δ̂ used (``SensitivityEstimate.provenance()``); it is
-        only fingerprinted. Call this before drawing any noise.
+        only fingerprinted. ``calibration`` names how the noise was calibrated (the Gaussian's
+        "analytic" or "classic"). Call this before drawing any noise.
         """
         eps = _check_amount(epsilon, "epsilon", lo_open=True, hi=None)
         dlt = _check_amount(delta, "delta", lo_open=False, hi=1.0)
@@ -376,6 +378,8 @@ class Ledger:
             raise InvalidArgument(f"mechanism must be a non-empty name, got {mechanism!r}")
         if label is not None and not isinstance(label, str):
             raise InvalidArgument(f"label must be a string, got {type(label).__name__}")
+        if calibration is not None and not isinstance(calibration, str):
+            raise InvalidArgument(f"calibration must be a name or None, got {calibration!r}")
         if estimate is not None and not isinstance(estimate, dict):
             raise InvalidArgument(f"estimate must be a provenance dict, got {type(estimate).__name__}")
         with self._locked():
@@ -395,7 +399,7 @@ class Ledger:
                 "epsilon": eps, "delta": dlt, "gamma": gam, "mechanism": mechanism, "sensitivity": sens,
                 "estimate": None if estimate is None else estimate_fingerprint(estimate, sens),
                 "sample": None if estimate is None else sample_fingerprint(estimate),
-                "label": label,
+                "label": label, "calibration": calibration,
             }
             doc["entries"].append(entry)
             self._write(doc)
@@ -403,14 +407,14 @@ class Ledger:
 
     @contextlib.contextmanager
     def charge(self, epsilon: float, delta: float, gamma: float, *, mechanism: str, sensitivity: float,
-               estimate: dict | None = None, label: str | None = None):
+               estimate: dict | None = None, label: str | None = None, calibration: str | None = None):
         """Reserve on entry (before the noise), mark ``released`` on success, ``failed`` (still counted) on error.
 
         >>> with ledger.charge(eps, delta, gamma, mechanism="laplace", sensitivity=s) as r:   # doctest: +SKIP
         ...     value = mech.release(f_of_data, s)
         """
         res = self.reserve(epsilon, delta, gamma, mechanism=mechanism, sensitivity=sensitivity,
-                           estimate=estimate, label=label)
+                           estimate=estimate, label=label, calibration=calibration)
         try:
             yield res
         except BaseException:
@@ -525,7 +529,7 @@ def _validate(doc) -> None:
         for key in ("time", "mechanism"):
             if not isinstance(e[key], str):
                 raise TypeError(f"entry {e['id']}: {key} is not a string")
-        for key in ("estimate", "sample", "label"):
+        for key in ("estimate", "sample", "label", "calibration"):
             if not isinstance(e.get(key), (str, type(None))):
                 raise TypeError(f"entry {e['id']}: {key} is not a string or null")
         if e["status"] not in STATUSES:

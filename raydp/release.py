@@ -187,7 +187,8 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
         # returns another size *depending on the data*) was an evaluation on the data and stays counted,
         # and its failure says only that it failed — one answer whatever the reason.
         with ledger.charge(eps, delta, estimate.gamma, mechanism=mechanism.name, sensitivity=estimate.sensitivity,
-                           estimate=estimate.provenance(), label=ledger_label) as charge:
+                           estimate=estimate.provenance(), label=ledger_label,
+                           calibration=describe(mechanism).get("params", {}).get("calibration")) as charge:
             try:
                 released = _private_release(data, target, mechanism, estimate)
             except RaydpError:

@@ -237,7 +237,7 @@ def test_audit_gaussian_classic_and_analytic():
     classic "σ = Δ/ε" bug (the factor √(2 log(1.25/δ)) forgotten) gave δ̂ = 0.062 ± 0.005 against
     δ = 0.001 (12 sd). Miss probabilities < 1e-6 by the normal approximation.
     """
-    classic = raydp.Gaussian(0.9, 1e-3)
+    classic = raydp.Gaussian(0.9, 1e-3, calibration="classic")
     analytic = raydp.Gaussian(1.0, 1e-2, calibration="analytic")
     for mech in (classic, analytic):
         res = A.audit(mech, 0.0, 1.0, 1.0, samples=10_000, alpha=ALPHA)

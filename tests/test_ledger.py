@@ -187,7 +187,7 @@ def test_ledger_holds_no_released_value_or_private_data(tmp_path, est):
     text = path.read_text()
     assert repr(float(r.value)) not in text and "123.456789" not in text
     assert set(json.loads(text)["entries"][0]) == {"id", "time", "status", "epsilon", "delta", "gamma", "mechanism",
-                                                   "sensitivity", "estimate", "sample", "label", "finished"}
+                                                   "sensitivity", "estimate", "sample", "label", "calibration", "finished"}
 
 
 # ---- γ across releases --------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def test_laplace_release_keeps_shape_and_zero_sensitivity_is_exact():
 def test_gaussian_classic_sigma_and_noise():
     # ALPHA = 1e-4: KS test of 10k draws against Normal(0, σ)
     eps, delta = 0.5, 1e-5
-    mech = Gaussian(eps, delta)
+    mech = Gaussian(eps, delta, calibration="classic")
     sigma = mech.noise_scale(2.0)
     assert sigma == pytest.approx(2.0 * math.sqrt(2 * math.log(1.25 / delta)) / eps, rel=1e-12)
     draws = mech.release(np.zeros(10_000), sensitivity=2.0)
@@ -101,7 +101,7 @@ def test_analytic_sigma_solves_balle_wang_tightly(eps, delta):
     if eps < 1:
         classic = sens * math.sqrt(2 * math.log(1.25 / delta)) / eps
         assert sigma <= classic
-        assert Gaussian(eps, delta, "analytic").noise_scale(sens) <= Gaussian(eps, delta).noise_scale(sens)
+        assert Gaussian(eps, delta, "analytic").noise_scale(sens) <= Gaussian(eps, delta, "classic").noise_scale(sens)
 
 
 def test_analytic_sigma_extreme_parameters_are_finite_and_monotone():
@@ -293,7 +293,7 @@ def test_bernstein_release_zero_sensitivity_call_forms_and_pickle():
     lambda: Gaussian(0.5, 1.0),
     lambda: Gaussian(0.5, -0.1),
     lambda: Gaussian(0.5, float("nan")),
-    lambda: Gaussian(1.0, 1e-5),                      # classic needs ε < 1
+    lambda: Gaussian(1.0, 1e-5, "classic"),           # classic needs ε < 1
     lambda: Gaussian(3.0, 1e-5, calibration="classic"),
     lambda: Gaussian(0.5, 1e-5, calibration="exact"),
     lambda: Gaussian(0.0, 1e-5, calibration="analytic"),
@@ -320,12 +320,19 @@ def test_bad_parameters_raise_mechanism_error(make):
 
 def test_gaussian_classic_error_suggests_analytic():
     with pytest.raises(MechanismError, match="analytic"):
-        Gaussian(1.5, 1e-5)
+        Gaussian(1.5, 1e-5, calibration="classic")
+
+
+def test_gaussian_defaults_to_the_analytic_calibration():
+    mech = Gaussian(2.0, 1e-6)  # refused before: the classic default allowed only ε < 1
+    assert mech.calibration == "analytic"
+    assert mech.noise_scale(1.0) < Gaussian(0.9, 1e-6, calibration="classic").noise_scale(1.0)
+    assert Gaussian(0.5, 1e-5).noise_scale(1.0) < Gaussian(0.5, 1e-5, calibration="classic").noise_scale(1.0)
 
 
 ALL_MECHS = [
     (Laplace(1.0), np.zeros(3)),
-    (Gaussian(0.5, 1e-5), np.zeros(3)),
+    (Gaussian(0.5, 1e-5, calibration="classic"), np.zeros(3)),
     (Gaussian(2.0, 1e-5, "analytic"), np.zeros(3)),
     (Exponential(1.0, ["x", "y", "z"]), np.zeros(3)),
     (Bernstein(1.0, 2, 1), np.zeros(3)),

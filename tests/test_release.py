@@ -97,3 +97,16 @@ def test_readme_python_example_runs():
     code = re.search(r"## Python in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
     assert len(code.strip().splitlines()) <= 12
     exec(compile(code, "README.md", "exec"), {})
+
+
+def test_statement_and_ledger_name_the_gaussian_calibration(tmp_path):
+    data = np.random.default_rng(0).exponential(1.0, 100)
+    est = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 100, mechanism=raydp.Gaussian(2.0, 1e-6),
+                                     gamma=0.1, seed=1, progress=False)
+    ledger = raydp.Ledger.create(tmp_path / "l.json", epsilon_total=5.0, delta_total=1e-5)
+    for calibration in ("analytic", "classic"):
+        eps = 2.0 if calibration == "analytic" else 0.5
+        r = raydp.sample_then_respond(data, targets.mean(), raydp.Gaussian(eps, 1e-6, calibration=calibration),
+                                      estimate=est, ledger=ledger)
+        assert f"gaussian mechanism ({calibration} calibration)" in r.statement()
+    assert [e["calibration"] for e in ledger.entries()] == ["analytic", "classic"]

@@ -345,7 +345,7 @@ def test_mechanism_choice(cancer):
     make = lambda **kw: PrivateEstimator(Ridge(), oracle=oracle, seed=0, **FAST, **kw)  # noqa: E731
     assert make(epsilon=2.0).fit(X, y).release_.mechanism["name"] == "laplace"
     assert make(epsilon=2.0, delta=1e-5).fit(X, y).estimate_.norm == "l2"   # analytic: ε ≥ 1 is fine
-    own = make(epsilon=0.5, delta=1e-5, mechanism=raydp.Gaussian(0.5, 1e-5)).fit(X, y)
+    own = make(epsilon=0.5, delta=1e-5, mechanism=raydp.Gaussian(0.5, 1e-5, calibration="classic")).fit(X, y)
     assert own.release_.mechanism["params"]["calibration"] == "classic"
     with pytest.raises(InvalidArgumentError, match="make them agree"):
         make(epsilon=1.0, mechanism=raydp.Laplace(0.5)).fit(X, y)

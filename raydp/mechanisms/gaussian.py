@@ -96,18 +96,18 @@ class Gaussian(Mechanism):
     Parameters
     ----------
     epsilon : float
-        Finite and > 0. The classic calibration needs ε < 1.
+        Finite and > 0 (the classic calibration needs ε < 1).
     delta : float
         In (0, 1).
-    calibration : {"classic", "analytic"}
-        ``"classic"`` (Dwork & Roth, Thm A.1): ``σ = Δ·sqrt(2 log(1.25/δ))/ε``, valid only for ε < 1.
-        ``"analytic"`` (Balle & Wang 2018): the smallest σ satisfying their exact condition; valid for
-        every ε in [1e-100, 1e15] and never larger than classic.
+    calibration : {"analytic", "classic"}
+        ``"analytic"`` (the default; Balle & Wang 2018): the smallest σ satisfying their exact
+        condition; valid for every ε in [1e-100, 1e15] and never larger than classic.
+        ``"classic"`` (Dwork & Roth, Thm A.1): ``σ = Δ·sqrt(2 log(1.25/δ))/ε``, valid only for ε < 1;
+        kept by name for the paper's figures.
 
-    >>> mech = Gaussian(epsilon=0.5, delta=1e-5)
-    >>> round(mech.noise_scale(1.0), 4)
+    >>> round(Gaussian(epsilon=0.5, delta=1e-5, calibration="classic").noise_scale(1.0), 4)
     9.6896
-    >>> Gaussian(2.0, 1e-5, calibration="analytic").noise_scale(1.0) < 2.5
+    >>> Gaussian(2.0, 1e-5).noise_scale(1.0) < 2.5          # analytic: every ε works
     True
     """
 
@@ -116,7 +116,7 @@ class Gaussian(Mechanism):
     coordinatewise_noise = True
     CALIBRATIONS = ("classic", "analytic")
 
-    def __init__(self, epsilon: float, delta: float, calibration: str = "classic"):
+    def __init__(self, epsilon: float, delta: float, calibration: str = "analytic"):
         super().__init__(epsilon)
         self._delta = check_delta(delta)
         if calibration not in self.CALIBRATIONS:

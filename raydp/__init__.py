@@ -28,7 +28,7 @@ from .errors import (
     StoreError,
     TargetError,
 )
-from .engine import LocalBackend, RayBackend
+from .engine import AutoBackend, LocalBackend, RayBackend
 from .estimate import SensitivityEstimate
 from .identity import RunIdentity
 from .ledger import Ledger
@@ -45,5 +45,5 @@ __all__ = [
     "Release", "Laplace", "Gaussian", "Exponential", "Bernstein", "oracles", "targets", "load_estimate",
     "RaydpError", "PlanError", "MechanismError", "OracleError", "TargetError", "EstimateMismatchError",
     "StoreError", "EngineError", "InvalidArgument", "InvalidArgumentError", "Ledger", "BudgetError",
-    "LocalBackend", "RayBackend", "Store", "RunIdentity",
+    "AutoBackend", "LocalBackend", "RayBackend", "Store", "RunIdentity",
 ]

@@ -125,6 +125,7 @@ def print_estimate(est, *, as_json: bool = False, uri: str | None = None, stream
         d = est.to_dict()
         d["sensitivity"] = est.sensitivity if finite else str(est.sensitivity)
         d["seconds"] = round(est.seconds, 3)
+        d["backend"] = est.backend
         if uri is not None:
             d["store"] = redact(uri)
         print(json.dumps(d), file=stream, flush=True)
@@ -133,7 +134,8 @@ def print_estimate(est, *, as_json: bool = False, uri: str | None = None, stream
     lines = [
         f"sensitivity  {est.sensitivity:.6g}   ({est.norm} norm, {est.mechanism['name']} mechanism)",
         f"plan         m={p.m} k={p.k} gamma={format_up(p.gamma)} rho={p.rho:.6g} ({p.mode})",
-        f"run          n={est.n} seed={est.seed} block_size={est.block_size} seconds={est.seconds:.2f}",
+        f"run          n={est.n} seed={est.seed} block_size={est.block_size} seconds={est.seconds:.2f}"
+        + (f" backend={est.backend}" if est.backend else ""),
         f"failures     {est.failures}" + (f" {est.failure_kinds}" if est.failures else ""),
         f"target       {est.target['name']} {json.dumps(est.target['params'])}",
         f"oracle       {est.oracle['name']} {json.dumps(est.oracle['params'])}",
@@ -289,7 +291,9 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--mechanism-args", help="JSON kwargs for the mechanism (responses, lattice, dims, ...)")
     e.add_argument("--seed", type=int)
     e.add_argument("--block-size", type=int)
-    e.add_argument("--backend", choices=("local", "ray", "auto"), default="local")
+    e.add_argument("--backend", choices=("local", "ray", "auto"), default="auto",
+                   help="auto (default): in process for a small run, Ray for a large one or when a cluster is "
+                        "at hand (--address, RAY_ADDRESS); local; ray")
     e.add_argument("--address", help="Ray cluster address (ray backend)")
     e.add_argument("--store", "--out", dest="store",
                    help="store URI: local path or pyarrow filesystem URI (s3://...) (--out is the old name)")

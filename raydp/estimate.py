@@ -30,6 +30,8 @@ class SensitivityEstimate:
     sample: np.ndarray | None = field(default=None, repr=False, compare=False)
     failure_kinds: dict = field(default_factory=dict, compare=False)
     seconds: float = field(default=0.0, compare=False)
+    # where the pairs ran ("local", "ray", with auto's reason); never part of the result
+    backend: str | None = field(default=None, compare=False)
 
     # the run identity, read through
     n = property(lambda self: self.identity.n)

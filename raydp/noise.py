@@ -23,11 +23,17 @@ import math
 from functools import lru_cache
 
 import numpy as np
-import opendp.prelude as dp
-
 from raydp.errors import MechanismError
 
-dp.enable_features("contrib")
+
+@lru_cache(maxsize=1)
+def _opendp():
+    """OpenDP, imported on the first release (its prelude pulls in scikit-learn: ~1 s that a sampling-only
+    process, or a Ray worker, never needs)."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    return dp
 
 __all__ = ["laplace", "gaussian", "noisy_max_index"]
 
@@ -53,6 +59,7 @@ def _check_values(values, what: str) -> np.ndarray:
 
 @lru_cache(maxsize=512)
 def _measurement(kind: str, scale: float):
+    dp = _opendp()
     atoms = dp.vector_domain(dp.atom_domain(T=float, nan=False))
     if kind == "laplace":
         return dp.m.make_laplace(atoms, dp.l1_distance(T=float), scale=scale)

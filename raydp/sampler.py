@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from .engine.backends import as_backend
+from .engine.backends import AutoBackend, as_backend
 from .engine.blocks import BlockLayout, PairJob, check_timeout, default_block_size, probe_output_dim
 from .engine.progress import Progress
 from .engine.reduce import Reducer
@@ -77,7 +77,7 @@ def estimate_sensitivity(
     k=None,
     seed=None,
     block_size=None,
-    backend="local",
+    backend="auto",
     store=None,
     resume: bool = False,
     strict: bool = False,
@@ -93,9 +93,12 @@ def estimate_sensitivity(
     ``block_size`` fix every random draw (see :mod:`raydp.engine.blocks`); ``seed=None`` draws a
     fresh seed and records it.
 
-    ``backend`` is a backend object (:class:`~raydp.engine.LocalBackend`,
-    :class:`~raydp.engine.RayBackend`) or a shortcut string, ``"local"``, ``"ray"`` or ``"auto"``;
-    with a string, ``options`` are that backend's fields (``backend="ray", address=..., task_timeout=...``).
+    ``backend`` is a backend object (:class:`~raydp.engine.LocalBackend`, :class:`~raydp.engine.RayBackend`,
+    :class:`~raydp.engine.AutoBackend`) or a shortcut string, ``"local"``, ``"ray"`` or ``"auto"`` (the
+    default: in process for a small run, on Ray for a large one or when a cluster is at hand; see
+    :mod:`raydp.engine.backends`; ``estimate.backend`` says what was chosen and why). With a string,
+    ``options`` are that backend's fields (``backend="ray", address=..., task_timeout=...``). The
+    result is the same bit for bit whatever runs it.
 
     ``store`` (a path, a URI or a :class:`~raydp.store.Store`) streams the whole G sample to a
     resumable Parquet store (with a URI, ``flush_rows=``/``flush_seconds=`` are the store's options);
@@ -157,24 +160,35 @@ def estimate_sensitivity(
     # Blocks that only feed Δ̂ are cut to their m − k + 1 largest G where they are computed; a store
     # or the full sample needs every value.
     compact = None if (keep_sample or st is not None) else p.keep
-    bar = Progress(total=job.layout.pairs_in(todo), enabled=progress)
+    bar = Progress(total=job.layout.pairs_in(todo), enabled=progress,
+                   status=lambda: (reducer.failures, reducer.bound()))
+
+    def consume(result):
+        if sink is not None:
+            sink.write(result)
+        reducer.add(result)
+        bar.update(result.pairs)
+
     try:
+        if isinstance(engine, AutoBackend):  # may run the first block(s) here to time them
+            engine, todo, chosen = engine.choose(job, todo, compact=compact, consume=consume)
+        else:
+            chosen = engine.name
         for result in engine.run(job, todo, compact=compact):
-            if sink is not None:
-                sink.write(result)
-            reducer.add(result)
-            bar.update(result.pairs)
+            consume(result)
         if sink is not None:
             sink.flush()
-    finally:
-        bar.close()
+    except BaseException:
+        bar.close(ok=False)
+        raise
+    bar.close()
     reducer.finish()
     sensitivity = reducer.order_statistic()
     if st is not None:
         st.finish(identity, p, {"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf",
                                 "failures": reducer.failures, "failure_kinds": reducer.failure_kinds,
                                 "plan": p.to_dict()})
-    return _estimate(identity, p, reducer, sensitivity, seconds=time.perf_counter() - t0)
+    return _estimate(identity, p, reducer, sensitivity, seconds=time.perf_counter() - t0, backend=chosen)
 
 
 def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
@@ -199,11 +213,11 @@ def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
 
 
 def _estimate(identity: RunIdentity, p: Plan, reducer: Reducer, sensitivity: float, *,
-              seconds: float) -> SensitivityEstimate:
+              seconds: float, backend: str | None = None) -> SensitivityEstimate:
     """The one place an estimate is made from a finished reduction."""
     return SensitivityEstimate(sensitivity=sensitivity, plan=p, identity=identity, failures=reducer.failures,
                                failure_kinds=reducer.failure_kinds, top=reducer.top.sorted_desc(),
-                               sample=reducer.sample, seconds=seconds)
+                               sample=reducer.sample, seconds=seconds, backend=backend)
 
 
 def load_estimate(store, *, gamma: float | None = None) -> SensitivityEstimate:

@@ -160,7 +160,7 @@ def ctx(tmp_path_factory):
 
 def _est(**kw):
     base = {"target": targets.mean(), "oracle": oracles.exponential(1.0), "n": 5, "m": 50, "seed": 0,
-            "progress": False}
+            "progress": False, "backend": "local"}  # the default (auto) is covered by its own rows
     return raydp.estimate_sensitivity(**{**base, **kw})
 
 
@@ -427,6 +427,10 @@ API = [
      "unknown option(s) address for the local backend"),
     ("est-unknown-option-ray", lambda c: _est(backend="ray", foo=1), InvalidArgument,  # refused before Ray starts
      "unknown option(s) foo for the ray backend"),
+    ("est-unknown-option-auto", lambda c: _est(backend="auto", foo=1), InvalidArgument,
+     "unknown option(s) foo for the auto backend"),
+    ("est-auto-local-seconds", lambda c: _est(backend=raydp.AutoBackend(local_seconds=-1.0)), InvalidArgument,
+     "local_seconds must be"),
     ("est-flush-without-store", lambda c: _est(flush_rows=10), InvalidArgument, "unknown option(s) flush_rows"),
     ("est-task-timeout-local", lambda c: _est(task_timeout=5.0), InvalidArgument, "task_timeout needs the Ray backend"),
     ("est-pair-timeout-neg", lambda c: _est(pair_timeout=-1.0), InvalidArgument, "pair_timeout must be a positive"),
@@ -557,7 +561,7 @@ def test_extreme_but_valid_values_give_numbers_not_nan():
 
 _T = ["--target", "raydp.targets:mean"]
 _O = ["--oracle", "raydp.oracles:exponential", "--oracle-args", '{"rate": 1}']
-_EST = ["estimate", *_T, *_O, "--n", "5", "--m", "50", "--quiet"]
+_EST = ["estimate", *_T, *_O, "--n", "5", "--m", "50", "--quiet", "--backend", "local"]
 _REL = ["release", "--estimate", "{store}", "--data", "{data}", *_T]
 _MOD = "test_bad_input"
 

@@ -81,15 +81,36 @@ def test_statement_names_the_guarantee(est):
     assert r.statement().startswith("(0.5, 0, 0.1)-random differential privacy")
 
 
-def test_progress_line_shows_rate_and_eta():
-    buf = io.StringIO()
-    bar = Progress(total=1000, stream=buf, force=True, min_interval=0)
+def test_progress_lines_in_a_log_and_a_bar_on_a_terminal():
+    log = io.StringIO()  # not a terminal: a line per interval and one at the end
+    bar = Progress(total=1000, stream=log, interval=0, status=lambda: (3, 0.25))
     bar.update(250)
+    bar.update(750)
     bar.close()
-    assert re.search(r"pairs\s+250/1,000\s+25\.0%.*pairs/s\s+ETA", buf.getvalue())
-    quiet = io.StringIO()
-    Progress(total=10, stream=quiet).update(5)  # not a terminal: silent
-    assert quiet.getvalue() == ""
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert re.search(r"raydp: 250/1,000 pairs \(25\.0%\), [\d,]+ pairs/s, ETA [\d:]+, 3 failed, Δ̂ ≥ 0\.25 so far",
+                     lines[0]), lines[0]
+    assert re.search(r"raydp: 1,000/1,000 pairs \(100\.0%\).* 3 failed, Δ̂ ≥ 0\.25$", lines[1]), lines[1]
+    slow = io.StringIO()  # the default interval is 30 s: nothing before it but the final line
+    bar = Progress(total=10, stream=slow)
+    bar.update(5)
+    assert slow.getvalue() == ""
+    bar.close()
+    assert slow.getvalue().count("\n") == 1
+    off = io.StringIO()
+    Progress(total=10, stream=off, enabled=False, interval=0).update(5)
+    assert off.getvalue() == ""
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Terminal()
+    bar = Progress(total=100, stream=tty, status=lambda: (0, None))
+    bar.update(100)
+    bar.close()
+    assert "100/100" in tty.getvalue() and "\r" in tty.getvalue()  # tqdm's live bar
 
 
 def test_readme_python_example_runs():

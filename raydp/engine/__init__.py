@@ -6,9 +6,9 @@ the display, ``loopback`` the switch that keeps Ray on 127.0.0.1. The sampler (:
 orchestrates them; nothing here calls back up.
 """
 
-from .backends import BACKENDS, as_backend
+from .backends import BACKENDS, AutoBackend, as_backend
 from .blocks import BlockLayout, BlockResult, PairJob
 from .local import LocalBackend
 from .ray import RayBackend
 
-__all__ = ["BACKENDS", "as_backend", "BlockLayout", "BlockResult", "PairJob", "LocalBackend", "RayBackend"]
+__all__ = ["BACKENDS", "AutoBackend", "as_backend", "BlockLayout", "BlockResult", "PairJob", "LocalBackend", "RayBackend"]

@@ -1,27 +1,105 @@
-"""Choosing a backend: an object (:class:`LocalBackend`, :class:`RayBackend`) or a string shortcut.
+"""Choosing a backend: an object (:class:`LocalBackend`, :class:`RayBackend`, :class:`AutoBackend`) or a
+string shortcut.
 
 Every backend has one interface, ``run(job, blocks, *, compact=None) -> iterator of BlockResult``,
 and a ``name``. The strings are shortcuts: ``"local"`` is ``LocalBackend()``, ``"ray"`` is
-``RayBackend()``, and ``"auto"`` is the Ray backend today. Options given next to a string are the
-fields of the backend it names (``backend="ray", address=...`` is ``RayBackend(address=...)``);
-anything else is refused with the list of what is allowed.
+``RayBackend()``, ``"auto"`` is ``AutoBackend()``. Options given next to a string are the fields of
+the backend it names (``backend="ray", address=...`` is ``RayBackend(address=...)``; with ``"auto"``
+they are the Ray backend's, used if it goes to Ray); anything else is refused with the list of what
+is allowed.
+
+``auto`` decides from the run itself, never from anything that could change a result (the block
+size depends only on n, m and the target kind):
+
+- a cluster at hand — ``address=``, ``RAY_ADDRESS`` (set inside ``ray job submit``), or Ray already
+  initialised in this process — or a ``task_timeout`` (which only Ray can enforce): Ray;
+- otherwise it runs the first block in process and times it; when the pairs left would take less
+  than ``local_seconds`` in process (default: the ~7 s an embedded Ray takes to start, divided by
+  the share of time the other cores would save, 14 s on 2 cores), it finishes in process, else on
+  Ray. The timed block is part of the run either way: nothing is computed twice.
 
 >>> as_backend("local")
 LocalBackend(group_size=1, shuffle_seed=None)
 >>> as_backend("ray", {"task_timeout": 30}).task_timeout
 30.0
+>>> as_backend("auto").name
+'auto'
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+import os
+import sys
+import time
+from dataclasses import dataclass, field, fields
+from typing import Callable, Sequence
 
 from ..errors import InvalidArgumentError
+from ..validation import check_real
 from .local import LocalBackend
 from .ray import RayBackend
 
 BACKENDS = ("local", "ray", "auto")
-_CLASSES = {"local": LocalBackend, "ray": RayBackend, "auto": RayBackend}
+# Seconds an embedded Ray takes to start on a laptop (measured: 5-8 s, jobs/bench.py "overheads").
+RAY_START_SECONDS = 7.0
+
+
+def default_local_seconds(cores: int | None = None) -> float:
+    """Work (seconds in process) below which starting Ray cannot pay off: start / (1 − 1/cores)."""
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    return float("inf") if cores <= 1 else RAY_START_SECONDS / (1.0 - 1.0 / cores)
+
+
+@dataclass(frozen=True)
+class AutoBackend:
+    """In process when the run is small, on Ray when it is large or a cluster is at hand (module docstring)."""
+
+    ray: RayBackend = field(default_factory=RayBackend)
+    local_seconds: float | None = None
+
+    name = "auto"
+
+    def __post_init__(self):
+        if not isinstance(self.ray, RayBackend):
+            raise InvalidArgumentError(f"AutoBackend(ray=) must be a RayBackend, got {self.ray!r}")
+        if self.local_seconds is not None:
+            check_real(self.local_seconds, "local_seconds", min_value=0, finite=False)
+
+    def cluster_reason(self) -> str | None:
+        """Why Ray must be used whatever the size of the run (None: the size decides)."""
+        if self.ray.address:
+            return f"address {self.ray.address}"
+        if os.environ.get("RAY_ADDRESS"):
+            return "RAY_ADDRESS is set (a cluster, e.g. inside ray job submit)"
+        ray = sys.modules.get("ray")
+        if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+            return "Ray is already initialised in this process"
+        if self.ray.task_timeout is not None:
+            return "task_timeout needs Ray"
+        return None
+
+    def choose(self, job, blocks: Sequence[int], *, compact: int | None,
+               consume: Callable) -> tuple[object, list[int], str]:
+        """``(backend, blocks left, why)``. May run up to two blocks in process (handed to ``consume``)."""
+        blocks = list(blocks)
+        if not blocks:
+            return LocalBackend(), blocks, "local (nothing left to run)"
+        reason = self.cluster_reason()
+        if reason is not None:
+            return self.ray, blocks, f"ray ({reason})"
+        limit = default_local_seconds() if self.local_seconds is None else self.local_seconds
+        per_pair = float("inf")
+        for _ in range(2):  # a second block when the first looks slow: it may have paid one-off imports
+            b = blocks.pop(0)
+            t0 = time.perf_counter()
+            result = job.run_block(b)
+            per_pair = min(per_pair, (time.perf_counter() - t0) / max(result.pairs, 1))
+            consume(result if compact is None else result.compacted(compact))
+            left = per_pair * job.layout.pairs_in(blocks)
+            if not blocks or left <= limit:
+                return LocalBackend(), blocks, f"local (auto: about {left:.2g} s of work left in process)"
+        return self.ray, blocks, (f"ray (auto: about {left:.3g} s of work left in process, above {limit:.3g} s: "
+                                  "worth starting Ray)")
 
 
 def option_names(backend) -> list[str]:
@@ -32,15 +110,15 @@ def option_names(backend) -> list[str]:
 def as_backend(backend, options: dict | None = None):
     """The backend object for ``backend`` (an object, or one of :data:`BACKENDS` plus its ``options``)."""
     options = dict(options or {})
-    if isinstance(backend, (LocalBackend, RayBackend)):
+    if isinstance(backend, (LocalBackend, RayBackend, AutoBackend)):
         if options:
             raise InvalidArgumentError(f"option(s) {', '.join(sorted(options))} given next to a backend object; "
                                        f"set them on the object ({type(backend).__name__}(...)) instead")
         return backend
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise InvalidArgumentError(f"backend must be one of {', '.join(BACKENDS)} or a backend object "
-                                   f"(LocalBackend(), RayBackend(...)); got {backend!r}")
-    cls = _CLASSES[backend]
+                                   f"(LocalBackend(), RayBackend(...), AutoBackend()); got {backend!r}")
+    cls = LocalBackend if backend == "local" else RayBackend
     if cls is LocalBackend and "task_timeout" in options:
         raise InvalidArgumentError("task_timeout needs the Ray backend (it kills the worker running the task); "
                                    "in process use pair_timeout")
@@ -49,4 +127,4 @@ def as_backend(backend, options: dict | None = None):
     if unknown:
         raise InvalidArgumentError(f"unknown option(s) {', '.join(unknown)} for the {backend} backend; "
                                    f"allowed: {', '.join(sorted(allowed))}")
-    return cls(**options)
+    return AutoBackend(ray=RayBackend(**options)) if backend == "auto" else cls(**options)

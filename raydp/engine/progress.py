@@ -1,43 +1,121 @@
-"""A one-line progress display: pairs done, pairs/s, ETA. Quiet unless stderr is a terminal."""
+"""Progress of a sampling run, shown wherever the user looks.
+
+- On a terminal or in a notebook: a live bar (``tqdm.auto``: a text bar on a terminal, a widget in
+  Jupyter) with pairs done, pairs/s, ETA, failures so far and the lower bound on Δ̂ so far.
+- Anywhere else — a log file, ``ray job logs``, a CI console — one plain line every ``interval``
+  seconds (default 30; ``RAYDP_PROGRESS_INTERVAL`` sets it) and one at the end::
+
+      raydp: 1,234,567/5,486,187 pairs (22.5%), 41,203 pairs/s, ETA 1:43, 0 failed, Δ̂ ≥ 0.00412 so far
+
+``enabled=False`` (``progress=False``, ``--quiet``) shows nothing.
+
+"Δ̂ ≥ x so far": Δ̂ = G_(k) is the (m − k + 1)-th largest of all m values; among the values seen so
+far that order statistic can only grow as more values arrive, so it is a lower bound on the final Δ̂.
+"""
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import time
+from typing import Callable
+
+DEFAULT_INTERVAL = 30.0
+
+
+def _interval() -> float:
+    try:
+        value = float(os.environ.get("RAYDP_PROGRESS_INTERVAL", DEFAULT_INTERVAL))
+    except ValueError:
+        return DEFAULT_INTERVAL
+    return value if math.isfinite(value) and value >= 0 else DEFAULT_INTERVAL
+
+
+def _in_notebook() -> bool:
+    shell = sys.modules.get("IPython")
+    try:
+        return shell is not None and type(shell.get_ipython()).__name__ == "ZMQInteractiveShell"
+    except Exception:  # pragma: no cover - exotic IPython
+        return False
+
+
+def _eta(seconds: float) -> str:
+    from tqdm import tqdm
+
+    return tqdm.format_interval(seconds) if math.isfinite(seconds) else "?"
 
 
 class Progress:
-    def __init__(self, total: int, enabled: bool = True, stream=None, min_interval: float = 0.25,
-                 force: bool = False):
-        self.stream = stream if stream is not None else sys.stderr
-        isatty = getattr(self.stream, "isatty", lambda: False)()
-        self.enabled = bool(enabled) and (force or isatty)
+    """Pairs done out of ``total``. ``status()`` returns ``(failures, bound or None)`` when asked.
+
+    ``live`` forces the live bar (True) or the periodic lines (False); by default the bar is used on a
+    terminal or in a notebook, the lines elsewhere.
+    """
+
+    def __init__(self, total: int, enabled: bool = True, *, stream=None, live: bool | None = None,
+                 interval: float | None = None, status: Callable[[], tuple[int, float | None]] | None = None):
         self.total = int(total)
         self.done = 0
+        self.enabled = bool(enabled) and self.total > 0
+        self.stream = sys.stderr if stream is None else stream
+        self.interval = _interval() if interval is None else float(interval)
+        self.status = status or (lambda: (0, None))
         self.t0 = time.monotonic()
-        self._last = 0.0
-        self.min_interval = min_interval
+        self._last_line = self.t0
+        self._last_postfix = 0.0
+        self._bar = None
+        if not self.enabled:
+            return
+        if live is None:
+            live = _in_notebook() or bool(getattr(self.stream, "isatty", lambda: False)())
+        if live:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.total, unit="pair", unit_scale=True, file=self.stream, leave=True,
+                             dynamic_ncols=True, desc="raydp")
 
     def update(self, pairs: int) -> None:
         self.done += int(pairs)
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self._last >= self.min_interval or self.done >= self.total:
-            self._last = now
-            self.stream.write("\r" + self.line(now))
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.update(int(pairs))
+            if now - self._last_postfix >= 1.0:  # Δ̂ so far costs a partition: at most once a second
+                self._last_postfix = now
+                self._bar.set_postfix_str(self._extra(), refresh=False)
+        elif now - self._last_line >= self.interval and self.done < self.total:
+            self._last_line = now
+            self._write(now)
+
+    def _extra(self) -> str:
+        failures, bound = self.status()
+        text = f"{failures:,} failed"
+        if bound is not None:
+            text += f", Δ̂ ≥ {bound:.6g}" + (" so far" if self.done < self.total else "")
+        return text
 
     def line(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
         elapsed = max(now - self.t0, 1e-9)
         rate = self.done / elapsed
-        left = (self.total - self.done) / rate if rate > 0 else float("inf")
-        eta = f"{left:6.0f}s" if left != float("inf") else "     ?"
+        left = (self.total - self.done) / rate if rate > 0 else math.inf
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        return f"pairs {self.done:>10,}/{self.total:,} {pct:5.1f}%  {rate:10,.0f} pairs/s  ETA {eta}"
+        return (f"raydp: {self.done:,}/{self.total:,} pairs ({pct:.1f}%), {rate:,.0f} pairs/s, "
+                f"ETA {_eta(left)}, {self._extra()}")
 
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+    def _write(self, now: float) -> None:
+        print(self.line(now), file=self.stream, flush=True)
+
+    def close(self, ok: bool = True) -> None:
+        """End the display; ``ok=False`` (the run failed) ends it without a final line — the error is the news."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            if ok:
+                self._bar.set_postfix_str(self._extra(), refresh=False)
+            self._bar.close()
+        elif ok:
+            self._write(time.monotonic())
+        self.enabled = False

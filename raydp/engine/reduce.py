@@ -140,3 +140,8 @@ class Reducer:
 
     def order_statistic(self) -> float:
         return self.top.order_statistic()
+
+    def bound(self) -> float | None:
+        """A lower bound on the final Δ̂ from the values seen so far (None before m − k + 1 were seen)."""
+        values = self.top.values
+        return float(np.min(values)) if values.size >= self.top.keep else None

@@ -2,12 +2,14 @@
 
 Every job runs the same two ways:
 
-    python jobs/X.py ...                                   # embedded Ray on 127.0.0.1 (backend auto)
+    python jobs/X.py ...                                   # in process, or an embedded Ray when worth it
     ray job submit --working-dir . -- python jobs/X.py ... # RAY_ADDRESS is set: joins that cluster
 
-With ``--backend auto`` (the default) raydp connects to ``--address`` or ``RAY_ADDRESS`` when one
-is given, and otherwise starts a local Ray inside the job (``--num-cpus`` caps it). ``--backend
-local`` runs everything in the job's own process, without Ray.
+With ``--backend auto`` (the default) raydp uses the cluster at ``--address`` or ``RAY_ADDRESS`` when
+one is given; otherwise it times the first blocks of each run and finishes in process when the run
+is small, or starts a local Ray inside the job when it is large (``--num-cpus`` caps it).
+``--backend local`` always runs in the job's own process, ``--backend ray`` always on Ray. Every
+choice gives the same results bit for bit.
 
 Jobs import only ``raydp`` and the modules of this directory (this one, ``_plots`` for tables and
 figures, ``svm_sensitivity`` for the SVM bound). They are found because a script's own directory is
@@ -63,7 +65,11 @@ def where(args: argparse.Namespace) -> str:
     if args.backend == "local":
         return "in-process (backend local)"
     address = args.address or os.environ.get("RAY_ADDRESS")
-    return f"Ray cluster at {address}" if address else "embedded local Ray on 127.0.0.1"
+    if address:
+        return f"Ray cluster at {address}"
+    if args.backend == "auto":
+        return "in process or an embedded local Ray, whichever the run's size calls for (backend auto)"
+    return "embedded local Ray on 127.0.0.1"
 
 
 def say(args: argparse.Namespace, message: str) -> None:

@@ -32,7 +32,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise InvalidArgumentError("plotting needs matplotlib: pip install 'raydp-sensitivity[plot]'") from None
+        raise InvalidArgumentError("plotting needs matplotlib (a raydp dependency): pip install matplotlib") from None
     if matplotlib.get_backend().lower() != "agg":
         matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt

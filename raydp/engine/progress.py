@@ -93,7 +93,7 @@ class Progress:
         failures, bound = self.status()
         text = f"{failures:,} failed"
         if bound is not None:
-            text += f", Δ̂ ≥ {bound:.6g}" + (" so far" if self.done < self.total else "")
+            text += f", Δ̂ ≥ {bound:.6g} so far" if self.done < self.total else f", Δ̂ = {bound:.6g}"
         return text
 
     def line(self, now: float | None = None) -> str:

@@ -1,8 +1,11 @@
 """Benchmark: raydp against a serial loop, joblib and the machine's limit, side by side in one run.
 
-Four sections (issue 5); each prints a Markdown table and all of them go to ``--out`` as
+Five sections (issues 5, 12); each prints a Markdown table and all of them go to ``--out`` as
 ``bench.json`` and ``bench.md``:
 
+0. **first** — time to first result, each a whole fresh process, repeats interleaved: a small run
+   (mean of Exp(1), n = 100, γ = 0.05) with the default backend (``auto``: in process, Ray not
+   started), and the README's main job ``python jobs/svm_sensitivity.py`` at its default size.
 1. **cheap** — the mean of n Exp(1) records, n ∈ {10, 100, 1000}, at γ = 0.01 (m = 41 971) and at
    ``--m-big`` (10⁶) pairs, plus ``--m-huge`` (10⁷) pairs for n = 10, where 10⁶ pairs are only
    0.1 s of work (the serial loop is then timed on 10⁶ pairs). Pairs per second for
@@ -60,7 +63,7 @@ import raydp
 from raydp import oracles, targets
 from raydp.engine.blocks import BlockLayout, BlockResult, PairJob, block_rng, default_block_size
 
-SECTIONS = ("cheap", "svm", "scaling", "overheads")
+SECTIONS = ("first", "cheap", "svm", "scaling", "overheads")
 
 
 # ----------------------------------------------------------------------------- reference loops
@@ -521,6 +524,59 @@ def section_overheads(args, cores: int) -> dict:
         ["for scale: computing those blocks (sum of block times)", f"{t_compute * 1e3:.0f} ms"],
     ])
     return {"result": res, "goals": [], "markdown": md}
+
+
+_SMALL_RUN_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import raydp
+from raydp import oracles, targets
+t_import = time.perf_counter() - t0
+est = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 100, gamma=0.05, seed=0, progress=False)
+ray = sys.modules.get("ray")
+print(json.dumps(dict(import_s=t_import, total_s=time.perf_counter() - t0, backend=est.backend,
+                      ray_started=bool(ray is not None and ray.is_initialized()), delta=est.sensitivity)))
+"""
+
+
+def section_first(args, cores: int) -> dict:
+    """Time to first result, each measured as a whole fresh process, repeats interleaved: the small run
+    (mean of Exp(1), n = 100, γ = 0.05, default backend) and the README's main job at its default size."""
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "svm_sensitivity.py")
+    small, main_job, chosen = [], [], set()
+    runs = 1 if args.quick else args.repeats
+    for i in range(runs):
+        say(args, f"first: small run, fresh process ({i + 1}/{runs}) ...")
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", _SMALL_RUN_CHILD], capture_output=True, text=True, timeout=600)
+        wall = time.perf_counter() - t0
+        if out.returncode != 0:
+            raise RuntimeError(f"small-run child failed: {out.stderr.strip().splitlines()[-1:]}")
+        child = json.loads(out.stdout.strip().splitlines()[-1])
+        small.append(dict(child, wall_s=wall))
+        chosen.add(child["backend"].split(" ")[0] + (" (Ray started)" if child["ray_started"] else ""))
+        if args.quick:
+            continue
+        say(args, f"first: README main job, fresh process ({i + 1}/{runs}) ...")
+        with tempfile.TemporaryDirectory(prefix="raydp-bench-job-") as d:
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, job, "--out", d, "--quiet"], capture_output=True, text=True,
+                                  timeout=1800)
+            main_job.append(time.perf_counter() - t0)
+            if done.returncode != 0:
+                raise RuntimeError(f"main job failed: {done.stderr.strip().splitlines()[-1:]}")
+    walls = [r["wall_s"] for r in small]
+    rows = [["small run (mean of Exp(1), n = 100, γ = 0.05), fresh process to Δ̂",
+             f"{statistics.median(walls):.2f} s [{min(walls):.2f}–{max(walls):.2f}]", ", ".join(sorted(chosen))],
+            ["of which: import raydp", f"{statistics.median(r['import_s'] for r in small):.2f} s", ""]]
+    if main_job:
+        rows.append(["README main job `python jobs/svm_sensitivity.py` (d = 2 and 8, m = 1500), fresh process",
+                     f"{statistics.median(main_job):.1f} s [{min(main_job):.1f}–{max(main_job):.1f}]", "auto"])
+    md = table(["time to first result", "median [min–max]", "backend"], rows)
+    goals = [{"goal": "small run from a fresh process in under 2 s, Ray not started",
+              "value": statistics.median(walls), "ok": statistics.median(walls) < 2.0
+              and not any(r["ray_started"] for r in small)}]
+    return {"result": {"small": small, "main_job_s": main_job}, "goals": goals, "markdown": md}
 
 
 # ----------------------------------------------------------------------------- main

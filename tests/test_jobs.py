@@ -1,5 +1,6 @@
 """The jobs under jobs/ as real processes (tiny sizes, in-process backend), and raydp.plots."""
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -130,14 +131,22 @@ def test_precompute_job_any_target_and_oracle(tmp_path):
 
 
 @pytest.mark.slow
-def test_precompute_job_default_backend_starts_an_embedded_ray(tmp_path):
+def test_precompute_job_backend_ray_starts_an_embedded_ray(tmp_path):
     code, out, err = run_job("precompute_delta.py", "--m", 100, "--n", 20, "--num-cpus", 1, "--out",
-                             tmp_path, cwd=tmp_path, timeout=240)
+                             tmp_path, "--backend", "ray", cwd=tmp_path, timeout=240)
     assert code == 0, err
     assert "embedded local Ray on 127.0.0.1" in err
     local = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 20, m=100, seed=0,
                                        progress=False)
     assert f"{local.sensitivity:.6g}" in out  # same G values whatever the backend
+
+
+def test_precompute_job_default_backend_keeps_a_small_run_in_process(tmp_path):
+    code, out, err = run_job("precompute_delta.py", "--m", 100, "--n", 20, "--out", tmp_path, "--json",
+                             cwd=tmp_path, timeout=240)
+    assert code == 0, err
+    assert "backend auto" in err
+    assert json.loads(out.strip().splitlines()[-1])["backend"].startswith("local (auto")
 
 
 # ----------------------------------------------------------------------------- raydp.plots
@@ -173,7 +182,7 @@ def test_plot_cdf_without_matplotlib_says_how_to_install(small_estimate, tmp_pat
     from raydp.plots import plot_cdf
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    with pytest.raises(InvalidArgument, match=r"pip install 'raydp-sensitivity\[plot\]'"):
+    with pytest.raises(InvalidArgument, match=r"plotting needs matplotlib \(a raydp dependency\): pip install matplotlib"):
         plot_cdf(small_estimate, tmp_path / "x.png")
 
 

@@ -176,7 +176,7 @@ def test_bad_pair_timeout(bad):
 def test_task_timeout_needs_ray():
     with pytest.raises(InvalidArgument, match="task_timeout needs the Ray backend"):
         raydp.estimate_sensitivity(Mean(), oracles.exponential(1.0), N, m=M, seed=SEED, progress=False,
-                                   task_timeout=5)
+                                   backend="local", task_timeout=5)
 
 
 def test_pair_timeout_off_the_main_thread_is_refused():

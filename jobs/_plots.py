@@ -87,7 +87,8 @@ def _as_rows(data) -> list[dict]:
     return rows
 
 
-def _save(fig, path) -> str:
+def save_figure(fig, path) -> str:
+    """Write ``fig`` to ``path`` (its directory made if needed); returns the path."""
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path)
@@ -144,7 +145,7 @@ def plot_example6(data, path, *, title: str | None = None) -> str:
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=9, framealpha=0.92)
         fig.tight_layout()
-        return _save(fig, path)
+        return save_figure(fig, path)
     finally:
         plt.close(fig)
 
@@ -209,6 +210,6 @@ def plot_kde_tv(data, path, *, title: str | None = None) -> str:
         ax.legend([handles[i] for i in keep], [labels[i] for i in keep], loc="upper right", fontsize=8.5,
                   framealpha=0.92)
         fig.tight_layout()
-        return _save(fig, path)
+        return save_figure(fig, path)
     finally:
         plt.close(fig)

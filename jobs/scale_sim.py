@@ -696,14 +696,14 @@ def markdown(report: dict) -> str:
     lines.append("## Simulation: per width and pair cost (median [min–max] over repeats)\n")
     rows = []
     for w, kind, t, rs in _run_groups(widths):
-            if kind == "null":
-                continue
-            rows.append([w["width"], kind, f"{t:g}", rs[0]["m"], rs[0]["block_size"], rs[0]["group"], rs[0]["tasks"],
-                         fmt_rate(med(rs, "pairs_per_s")), fmt_rate(rs[0]["ideal_pairs_per_s"]),
-                         spread(rs, "efficiency"),
-                         spread(rs, "driver_cpu_per_task_ms"), spread(rs, "driver_cpu_per_result_ms", "{:.3f}"),
-                         f"{med(rs, 'driver_share'):.2f}", f"{med(rs, 'host_busy'):.2f}",
-                         f"{rs[0]['result_bytes_per_task']:,}", f"{med(rs, 'driver_peak_rss_mb'):.0f}"])
+        if kind == "null":
+            continue
+        rows.append([w["width"], kind, f"{t:g}", rs[0]["m"], rs[0]["block_size"], rs[0]["group"], rs[0]["tasks"],
+                     fmt_rate(med(rs, "pairs_per_s")), fmt_rate(rs[0]["ideal_pairs_per_s"]),
+                     spread(rs, "efficiency"),
+                     spread(rs, "driver_cpu_per_task_ms"), spread(rs, "driver_cpu_per_result_ms", "{:.3f}"),
+                     f"{med(rs, 'driver_share'):.2f}", f"{med(rs, 'host_busy'):.2f}",
+                     f"{rs[0]['result_bytes_per_task']:,}", f"{med(rs, 'driver_peak_rss_mb'):.0f}"])
     lines.append(table(["slots", "run", "t_pair s", "m", "block", "blocks/task", "tasks", "pairs/s", "ideal",
                         "efficiency", "driver CPU ms/task", "driver CPU ms/result", "driver cores",
                         "host busy", "bytes/task", "driver peak MB"], rows))
@@ -713,18 +713,18 @@ def markdown(report: dict) -> str:
     lines.append("## Where the time goes (median run of each kind)\n")
     rows = []
     for w, kind, t, rs in _run_groups(widths):
-            r = sorted(rs, key=lambda x: x["wall_s"])[len(rs) // 2]
-            sw = r["slots"] * r["wall_s"]
-            d = r["driver"]
-            cc = r["cluster_cpu_s"]
-            rows.append([w["width"], kind, f"{t:g}", f"{r['wall_s']:.2f}",
-                         f"{r['m'] * r['t_pair'] / sw:.0%}", f"{r['tail_slot_s'] / sw:.0%}",
-                         f"{max(0.0, sw - r['m'] * r['t_pair'] - r['tail_slot_s']) / sw:.0%}",
-                         f"{r['fixed_s']:.2f}",
-                         f"{d['wait_s'] / r['wall_s']:.0%}", f"{d['get_s'] / r['wall_s']:.0%}",
-                         f"{d['submit_s'] / r['wall_s']:.0%}", f"{d['consumer_s'] / r['wall_s']:.0%}",
-                         f"{r['driver_cpu_s']:.2f}", f"{cc['raylet']:.2f}", f"{cc['gcs']:.2f}", f"{cc['workers']:.2f}",
-                         f"{r['host_busy']:.0%}"])
+        r = sorted(rs, key=lambda x: x["wall_s"])[len(rs) // 2]
+        sw = r["slots"] * r["wall_s"]
+        d = r["driver"]
+        cc = r["cluster_cpu_s"]
+        rows.append([w["width"], kind, f"{t:g}", f"{r['wall_s']:.2f}",
+                     f"{r['m'] * r['t_pair'] / sw:.0%}", f"{r['tail_slot_s'] / sw:.0%}",
+                     f"{max(0.0, sw - r['m'] * r['t_pair'] - r['tail_slot_s']) / sw:.0%}",
+                     f"{r['fixed_s']:.2f}",
+                     f"{d['wait_s'] / r['wall_s']:.0%}", f"{d['get_s'] / r['wall_s']:.0%}",
+                     f"{d['submit_s'] / r['wall_s']:.0%}", f"{d['consumer_s'] / r['wall_s']:.0%}",
+                     f"{r['driver_cpu_s']:.2f}", f"{cc['raylet']:.2f}", f"{cc['gcs']:.2f}", f"{cc['workers']:.2f}",
+                     f"{r['host_busy']:.0%}"])
     lines.append(table(["slots", "run", "t_pair", "wall s", "slot time in pairs", "tail", "other lost",
                         "fixed s", "driver: wait", "get", "submit", "reducer+store", "driver CPU s",
                         "raylets CPU s", "GCS CPU s", "workers CPU s", "host busy"], rows))

@@ -2,8 +2,13 @@
 
 A stored estimate is refused for a release whose target, oracle or mechanism differs, so the
 description must be the same in every process for the same object. Objects may define
-``identity() -> dict`` (``{"name": ..., "params": {...}}``); plain functions are described by
-their import path.
+``identity() -> dict`` (``{"name": ..., "params": {...}}``) naming everything that changes what they
+compute. Anything else — a function, a lambda, a ``functools.partial``, a callable object — is
+described by its name *and* a content fingerprint (:mod:`raydp.fingerprint`: code, constants,
+closure cells, defaults, partial arguments, instance state), so two functions that compute different
+things never share a description. One whose content cannot be read (it holds a lock, an open file)
+is described with ``"unfingerprintable"``: it can be sampled and released in one call, but no stored
+or earlier Δ̂ is ever matched to it (:func:`check_reusable`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ._version import __version__
+from .fingerprint import content_digest, why_not
 
 
 def _jsonable(value: Any) -> Any:
@@ -33,15 +39,90 @@ def _jsonable(value: Any) -> Any:
 
 
 def describe(obj: Any) -> dict:
-    """Return ``{"name": str, "params": dict}`` for ``obj``."""
+    """``{"name": str, "params": dict}`` from ``obj.identity()``; else its name and ``"content"`` digest.
+
+    Without ``identity()``: ``{"name": "module:qualname", "params": {}, "content": "<sha256>"}``, or
+    ``"content": None`` with ``"unfingerprintable": "<why>"`` when the content cannot be read.
+    """
     ident = getattr(obj, "identity", None)
-    if callable(ident):
+    if callable(ident) and not isinstance(obj, type):
         d = ident()
         return {"name": str(d.get("name")), "params": _jsonable(d.get("params", {}))}
     cls = obj if isinstance(obj, type) else type(obj)
     if callable(obj) and hasattr(obj, "__qualname__"):
-        return {"name": f"{getattr(obj, '__module__', '?')}:{obj.__qualname__}", "params": {}}
-    return {"name": f"{cls.__module__}:{cls.__qualname__}", "params": {}}
+        name = f"{getattr(obj, '__module__', '?')}:{obj.__qualname__}"
+    else:
+        name = f"{cls.__module__}:{cls.__qualname__}"
+    return {"name": name, "params": {}, **content_fields(obj)}
+
+
+def content_fields(obj: Any) -> dict:
+    """``{"content": digest}``, or ``{"content": None, "unfingerprintable": why}`` (see :func:`describe`)."""
+    digest = content_digest(obj)
+    if digest is not None:
+        return {"content": digest}
+    return {"content": None, "unfingerprintable": why_not(obj) or "its content cannot be read"}
+
+
+def label(description: dict) -> str:
+    """A description in a message: its name, params and (if any) the head of its content digest."""
+    text = f"{description.get('name')} {json.dumps(description.get('params', {}), sort_keys=True, default=str)}"
+    content = description.get("content")
+    return text + (f" (content {content[:12]})" if isinstance(content, str) else "")
+
+
+def _diff_paths(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b), key=str):
+            out += _diff_paths(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    return [] if a == b else [path or "(value)"]
+
+
+def difference(stored: dict, given: dict) -> str:
+    """``stored`` vs ``given`` descriptions in words: both labels, or (same name) where they differ."""
+    if stored.get("name") != given.get("name"):
+        return f"{label(stored)}, not {label(given)}"
+    paths = [p.replace("params.", "", 1) for p in _diff_paths(stored, given)]
+    shown = ", ".join(paths[:4]) + (", ..." if len(paths) > 4 else "")
+    if paths == ["content"]:
+        return (f"{stored.get('name')} with other code, constants, arguments or state (content "
+                f"{str(stored.get('content'))[:12]}, not {str(given.get('content'))[:12]})")
+    return f"{stored.get('name')} with other parameters (they differ in: {shown})"
+
+
+def unfingerprintable(description: Any) -> str | None:
+    """Why a description (or anything nested in it) has no content fingerprint; None if it has one."""
+    if isinstance(description, dict):
+        if "unfingerprintable" in description:
+            return str(description["unfingerprintable"])
+        values = description.values()
+    elif isinstance(description, (list, tuple)):
+        values = description
+    else:
+        return None
+    for value in values:
+        why = unfingerprintable(value)
+        if why is not None:
+            return why
+    return None
+
+
+def check_reusable(description: dict, what: str, error: type[Exception], use: str) -> None:
+    """Refuse to match a Δ̂ to a target or oracle whose content cannot be fingerprinted.
+
+    Its description would be the same for another object of the same name that computes something
+    else, so a stored or earlier Δ̂ cannot be shown to belong to it. ``use`` says what was attempted.
+    """
+    why = unfingerprintable(description)
+    if why is not None:
+        raise error(
+            f"the {what} {description.get('name')} cannot be fingerprinted by content ({why}), so {use} cannot "
+            f"be matched to it. Sample and release in one call (no estimate= or store=), or give the {what} an "
+            "identity() method returning {'name': ..., 'params': {...}} that names everything that changes "
+            "what it computes"
+        )
 
 
 def fingerprint(obj: Any) -> str:

@@ -15,19 +15,17 @@ amortisation); each release still spends its own ε and δ.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import EstimateMismatchError, InvalidArgumentError, MechanismError, RaydpError, TargetError
 from .estimate import SensitivityEstimate
-from .identity import describe, measurement
+from .identity import check_reusable, describe, difference, measurement
 from .plan import format_up
 from .sampler import estimate_sensitivity
+from .silence import silenced
 from .targets import as_target
 
 
@@ -63,8 +61,14 @@ def _mechanism_words(mechanism: dict) -> str:
     return f"{mechanism['name']} mechanism" + (f" ({calibration} calibration)" if calibration else "")
 
 
-def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int) -> None:
-    """Refuse an estimate computed for another target, mechanism norm or database size."""
+def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int, *, reused: bool = True) -> None:
+    """Refuse an estimate computed for another target, mechanism norm or database size.
+
+    ``reused``: the estimate was made elsewhere (``estimate=``, a store), so the target must have a
+    content fingerprint that shows it is the one the estimate was computed for.
+    """
+    if reused:
+        check_reusable(describe(target), "target", EstimateMismatchError, "a precomputed estimate")
     problems = []
     if estimate.n != n:
         problems.append(f"it was computed for n={estimate.n} records, the data has n={n}")
@@ -74,8 +78,7 @@ def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int
         problems.append(f"it was computed for mechanism {measurement(estimate.mechanism)}, "
                         f"not {measurement(describe(mechanism))}")
     if estimate.target != describe(target):
-        problems.append(f"it was computed for target {estimate.target['name']} {estimate.target['params']}, "
-                        f"not {describe(target)['name']} {describe(target)['params']}")
+        problems.append(f"it was computed for target {difference(estimate.target, describe(target))}")
     if problems:
         raise EstimateMismatchError("stored estimate does not fit this release: " + "; ".join(problems))
     if not math.isfinite(estimate.sensitivity):
@@ -86,25 +89,17 @@ def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int
         )
 
 
-@contextlib.contextmanager
-def _quiet():
-    """While the target and the mechanism see private data: their warnings and prints go nowhere."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        yield
-
-
 def _private_release(data, target, mechanism, estimate: SensitivityEstimate):
     """target(data), embedded and noised: the only code that touches the private data.
 
     No message of the target or the mechanism is repeated (computed on the private data, it may quote
-    records or the exact answer), nor any warning or print of theirs; a ``SystemExit`` or other
+    records or the exact answer), nor anything they print, warn, log or write to file descriptors 1
+    and 2 (:func:`raydp.silence.silenced`); a ``SystemExit`` or other
     ``BaseException`` of the target is a failure like any other (a ``KeyboardInterrupt`` stays one,
     without its arguments).
     """
     try:
-        with _quiet():
+        with silenced():
             value = target(data)
     except KeyboardInterrupt:
         raise KeyboardInterrupt() from None
@@ -112,7 +107,7 @@ def _private_release(data, target, mechanism, estimate: SensitivityEstimate):
         raise TargetError(f"the target raised {type(exc).__name__} on the private data; its message is "
                           "withheld because it may quote the data") from None
     try:
-        with _quiet():
+        with silenced():
             embedded = np.asarray(mechanism.embed(value))
     except KeyboardInterrupt:
         raise KeyboardInterrupt() from None
@@ -124,7 +119,7 @@ def _private_release(data, target, mechanism, estimate: SensitivityEstimate):
             f"target output on the data has {embedded.size} coordinates; the estimate was for {estimate.output_dim}"
         )
     try:
-        with _quiet():
+        with silenced():
             return mechanism.release(value, estimate.sensitivity)
     except KeyboardInterrupt:
         raise KeyboardInterrupt() from None
@@ -175,9 +170,12 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
         sampler_options.setdefault("progress", False)
         estimate = estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=gamma, m=m, k=k,
                                         seed=seed, **sampler_options)
+        fresh = sampler_options.get("store") is None  # with a store, the Δ̂ may be a stored one
     elif any(v is not None for v in (oracle, gamma, m, k, seed)):
         raise InvalidArgumentError("estimate= was given: do not also give oracle, gamma, m, k or seed")
-    check_estimate_fits(estimate, target, mechanism, n)
+    else:
+        fresh = False
+    check_estimate_fits(estimate, target, mechanism, n, reused=not fresh)
     eps, delta = mechanism.privacy()
     entry = None
     if ledger is None:

@@ -28,7 +28,7 @@ from .engine.progress import Progress
 from .engine.reduce import Reducer
 from .errors import InvalidArgumentError, PlanError, StoreError
 from .estimate import SensitivityEstimate
-from .identity import RunIdentity, describe
+from .identity import RunIdentity, check_reusable, describe
 from .plan import Plan, plan as make_plan
 from .store import Store
 from .validation import check_bool, check_int
@@ -123,6 +123,9 @@ def estimate_sensitivity(
         check_bool(value, flag)
     store_options = {key: options.pop(key) for key in STORE_OPTIONS if key in options and store is not None}
     st = _open_store(store, store_options)
+    if st is not None:  # a store is for resuming and reusing: its run must name what it computed
+        check_reusable(describe(target), "target", StoreError, "a stored run")
+        check_reusable(describe(oracle), "oracle", StoreError, "a stored run")
     if st is not None and resume and (seed is None or block_size is None):
         stored_seed, stored_bs = st.stored()  # resuming/extending keeps the stored run's seed and blocks
         seed = stored_seed if seed is None else seed

@@ -65,7 +65,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .errors import EstimateMismatchError, InvalidArgumentError, OracleError, TargetError
 from .estimate import SensitivityEstimate
-from .identity import describe
+from .identity import check_reusable, content_fields, describe, difference
 from .mechanisms import Gaussian, Laplace
 from .mechanisms.base import check_epsilon
 from .oracles import as_oracle, check_records
@@ -266,6 +266,8 @@ def _canonicalise(model, references: dict, kinds: dict) -> None:
 def _param_json(v):
     if isinstance(v, BaseEstimator):
         return _class_path(v)  # its own parameters are listed by get_params(deep=True)
+    if isinstance(v, type):
+        return {"class": _class_path(v), **content_fields(v)}
     if isinstance(v, dict):
         return {str(k): _param_json(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
     if isinstance(v, (list, tuple)):
@@ -278,9 +280,10 @@ def _param_json(v):
         return v
     if isinstance(v, float):
         return v if math.isfinite(v) else repr(v)
-    if isinstance(v, type) or callable(v):
-        return f"{getattr(v, '__module__', '?')}:{getattr(v, '__qualname__', type(v).__qualname__)}"
-    return _class_path(v)
+    if callable(v):  # func=, score_func=, kernels: named by what they compute, not only by name
+        name = f"{getattr(v, '__module__', '?')}:{getattr(v, '__qualname__', type(v).__qualname__)}"
+        return {"callable": name, **content_fields(v)}
+    return {"object": _class_path(v), **content_fields(v)}
 
 
 def estimator_params(estimator) -> dict:
@@ -624,10 +627,10 @@ class PrivateEstimator(BaseEstimator):
                                        f"raydp.load_estimate), got {type(est).__name__}")
         if self.store is not None:
             raise InvalidArgumentError("give estimate= (a Δ̂ in memory) or store= (a stored Δ̂), not both")
+        check_reusable(describe(oracle), "oracle", EstimateMismatchError, "a precomputed estimate")
         problems = []
         if est.oracle != describe(oracle):
-            problems.append(f"it was computed for oracle {est.oracle['name']} {est.oracle['params']}, "
-                            f"not {describe(oracle)['name']} {describe(oracle)['params']}")
+            problems.append(f"it was computed for oracle {difference(est.oracle, describe(oracle))}")
         wanted = make_plan(gamma=self.gamma, m=self.m, k=self.k)
         if (wanted.m, wanted.k) != (est.plan.m, est.plan.k) or not math.isclose(wanted.gamma, est.plan.gamma):
             problems.append(f"it was computed with plan (m={est.plan.m}, k={est.plan.k}, γ={est.plan.gamma:g}), "

@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 from ._version import __version__
 from .engine.blocks import BlockLayout, BlockResult
 from .errors import StoreError
-from .identity import RunIdentity, run_fingerprint
+from .identity import RunIdentity, difference, run_fingerprint
 from .plan import Plan
 from .validation import check_int, check_real
 
@@ -354,7 +354,9 @@ class Store:
         stored = meta.get("identity") if isinstance(meta.get("identity"), dict) else {}
         diffs = [f for f in IDENTITY_FIELDS if stored.get(f) != ident.get(f)]
         if diffs:
-            detail = "; ".join(f"{f}: stored {stored.get(f)!r}, asked {ident.get(f)!r}" for f in diffs)
+            detail = "; ".join(f"{f}: {difference(stored[f], ident[f])}" if isinstance(stored.get(f), dict)
+                               and isinstance(ident.get(f), dict) and f in ("target", "oracle")
+                               else f"{f}: stored {stored.get(f)!r}, asked {ident.get(f)!r}" for f in diffs)
             raise StoreError(f"store {self.display!r} holds a different run ({detail}); use a new store URI")
         try:
             stored_m = int(meta["plan"]["m"])

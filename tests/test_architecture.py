@@ -22,7 +22,7 @@ PACKAGE = ROOT / "raydp"
 # Floors, lowest first. A room is a module or a whole subpackage.
 FLOORS: list[tuple[str, ...]] = [
     ("raydp._version", "raydp.errors"),
-    ("raydp.validation",),
+    ("raydp.validation", "raydp.fingerprint", "raydp.silence"),
     ("raydp.identity", "raydp.plan", "raydp.noise"),
     ("raydp.mechanisms", "raydp.targets", "raydp.oracles"),
     ("raydp.engine",),

@@ -1,0 +1,296 @@
+"""Content fingerprints: what a callable or object *computes*, not what it is called.
+
+A stored Δ̂ is reused only for the function it was computed for. Naming that function by its
+qualified name is not enough: every lambda is ``<lambda>``, every ``functools.partial`` is
+``functools:partial``, and two instances of one class differ by their attributes — a Δ̂ sampled for
+``lambda d: d.mean()`` must never be accepted for ``lambda d: 1000 * d.mean()``.
+:func:`content_digest` hashes what fixes the behaviour:
+
+- a function defined outside the installed libraries: its bytecode, constants (nested code
+  included), names, defaults, keyword defaults, closure cells and the module globals its code reads;
+- ``functools.partial``: the function, its arguments and keywords; a bound method: the function and
+  the object it is bound to;
+- any other object: its class and its state as ``pickle`` sees it (``__reduce_ex__``), so a callable
+  object's attributes, a fitted model's arrays, a generator's state all count;
+- arrays by dtype, shape and bytes; containers element by element; an object that defines
+  ``identity()`` by that identity (it names what matters itself);
+- what lives in an installed library (numpy, scikit-learn, the standard library) and modules by
+  reference (``module:qualname``): their code is fixed by the library's version, not by the user.
+
+Not part of a fingerprint: file names and line numbers (moving a function in its file changes
+nothing), object ids, dict insertion order. The bytecode is the interpreter's, so a new Python minor
+version gives new fingerprints: a stored run is then refused, never wrongly accepted.
+
+What cannot be fingerprinted — an object that refuses to be pickled (a lock, an open file, a live
+connection) — gives ``None``: such a target can be sampled and released in one call, but its Δ̂
+cannot be matched to it later (see :func:`raydp.identity.check_reusable`).
+
+>>> content_digest(lambda d: d.mean()) == content_digest(lambda d: d.mean())
+True
+>>> content_digest(lambda d: d.mean()) == content_digest(lambda d: 1000 * d.mean())
+False
+"""
+
+from __future__ import annotations
+
+import dis
+import functools
+import hashlib
+import os
+import sys
+import sysconfig
+import types
+
+import numpy as np
+
+__all__ = ["content_digest", "Unfingerprintable"]
+
+
+class Unfingerprintable(Exception):
+    """Raised inside the walk for an object whose content cannot be read; ``content_digest`` gives None."""
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots |= {os.path.dirname(os.__file__)}
+    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
+
+
+_LIBRARY_ROOTS = _library_roots()
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME"})
+# raydp's own objects are fixed by raydp's version, which every run identity records.
+_BY_REFERENCE_PACKAGES = ("raydp",)
+
+
+def _is_library_module(name: str | None) -> bool:
+    """True for a module of the standard library or an installed package (by reference, not by value)."""
+    if not name or name == "__main__":
+        return False
+    if name.split(".")[0] in _BY_REFERENCE_PACKAGES or name in sys.builtin_module_names:
+        return True
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    if module is None or path is None:  # a builtin or frozen module, or one never imported here
+        return module is not None
+    return os.path.realpath(path).startswith(_LIBRARY_ROOTS)
+
+
+def _importable_as(obj) -> str | None:
+    """``module:qualname`` when importing that name gives ``obj`` back (so a reference names it)."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+class _Hasher:
+    def __init__(self):
+        self.h = hashlib.sha256()
+        self.memo: dict[int, int] = {}
+        self.keep: list = []  # objects seen, kept alive so that their ids stay unique during the walk
+
+    def tag(self, *parts) -> None:
+        for p in parts:
+            data = p if isinstance(p, bytes) else str(p).encode("utf-8", "surrogatepass")
+            self.h.update(len(data).to_bytes(8, "little"))
+            self.h.update(data)
+
+    def sub(self, obj) -> str:
+        """A digest of ``obj`` alone (to order set elements and dict keys)."""
+        other = _Hasher()
+        other.feed(obj)
+        return other.h.hexdigest()
+
+    def feed(self, obj) -> None:  # noqa: C901 - one dispatch over kinds of objects
+        if obj is None or isinstance(obj, (bool, int, float, complex)):
+            self.tag(type(obj).__name__, repr(obj))
+            return
+        if isinstance(obj, (str, bytes, bytearray)):
+            self.tag(type(obj).__name__, bytes(obj) if not isinstance(obj, str) else obj)
+            return
+        key = id(obj)
+        if key in self.memo:  # a cycle or a shared object: a back-reference by order of first sight
+            self.tag("ref", self.memo[key])
+            return
+        self.memo[key] = len(self.memo)
+        self.keep.append(obj)
+        if isinstance(obj, np.ndarray):
+            self._array(obj)
+        elif isinstance(obj, np.generic):
+            self.tag("npscalar", obj.dtype.str, obj.tobytes())
+        elif isinstance(obj, (list, tuple)):
+            self.tag(type(obj).__name__, len(obj))
+            for item in obj:
+                self.feed(item)
+        elif isinstance(obj, (set, frozenset)):
+            self.tag(type(obj).__name__, *sorted(self.sub(item) for item in obj))
+        elif isinstance(obj, (dict, types.MappingProxyType)):
+            self.tag("dict", len(obj))
+            for k, v in sorted(obj.items(), key=lambda kv: self.sub(kv[0])):
+                self.feed(k)
+                self.feed(v)
+        elif isinstance(obj, types.ModuleType):
+            self.tag("module", obj.__name__)
+        elif isinstance(obj, types.CodeType):
+            self._code(obj)
+        elif isinstance(obj, functools.partial):
+            self.tag("partial")
+            self.feed(obj.func)
+            self.feed(obj.args)
+            self.feed(obj.keywords)
+        elif isinstance(obj, types.MethodType):
+            self.tag("method")
+            self.feed(obj.__func__)
+            self.feed(obj.__self__)
+        elif isinstance(obj, types.FunctionType):
+            self._function(obj)
+        elif isinstance(obj, type):
+            self._class(obj)
+        elif isinstance(obj, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
+                              np.ufunc)):
+            self.tag("builtin", getattr(obj, "__module__", None) or "", getattr(obj, "__qualname__", repr(obj)))
+            owner = getattr(obj, "__self__", None)
+            if owner is not None and not isinstance(owner, types.ModuleType):
+                self.feed(owner)  # a bound builtin method, e.g. rng.normal: its object's state counts
+        elif obj is _EMPTY_CELL:
+            self.tag("empty-cell")
+        elif (ref := _importable_as(obj)) is not None and _is_library_module(getattr(obj, "__module__", None)):
+            self.tag("named", ref)  # e.g. numpy's dispatching functions (np.mean): named by the library
+        elif callable(getattr(obj, "identity", None)):
+            ident = obj.identity()
+            self.tag("identity")
+            self.feed(ident)
+        else:
+            self._object(obj)
+
+    def _array(self, a: np.ndarray) -> None:
+        if a.dtype.hasobject:
+            self.tag("objarray", a.shape)
+            for item in a.ravel(order="C"):
+                self.feed(item)
+            return
+        self.tag("array", a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes())
+
+    def _code(self, code: types.CodeType) -> None:
+        # No co_filename, co_firstlineno, line tables or names of the code itself: moving a function
+        # changes nothing it computes.
+        self.tag("code", code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags,
+                 code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)
+        self.feed(tuple(code.co_consts))
+
+    def _globals_read(self, code: types.CodeType) -> list[str]:
+        """Names the code (and code nested in it) loads as globals: not attribute names, which share
+        co_names with them (``self.fail`` must not pull in a module-level function ``fail``)."""
+        names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in _GLOBAL_OPS}
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                names |= set(self._globals_read(const))
+        return sorted(names)
+
+    def _function(self, fn: types.FunctionType) -> None:
+        ref = _importable_as(fn)
+        if ref is not None and _is_library_module(fn.__module__):
+            self.tag("function-ref", ref)
+            return
+        self.tag("function")
+        self._code(fn.__code__)
+        self.feed(fn.__defaults__)
+        self.feed(fn.__kwdefaults__)
+        cells = []
+        for cell in fn.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # an empty cell (a name assigned later in the enclosing function)
+                cells.append(_EMPTY_CELL)
+        self.feed(tuple(cells))
+        # The module globals the code reads: a lambda reading SCALE computes something else when SCALE
+        # changes. Builtins and names the module does not define are not state.
+        g = fn.__globals__
+        for name in self._globals_read(fn.__code__):
+            if name in g:
+                self.tag("global", name)
+                self.feed(g[name])
+
+    def _class(self, cls: type) -> None:
+        ref = _importable_as(cls)
+        if ref is not None and _is_library_module(cls.__module__):
+            self.tag("class-ref", ref)
+            return
+        self.tag("class", cls.__qualname__)
+        self.feed(tuple(b for b in cls.__bases__ if b is not object))
+        own = {k: v for k, v in vars(cls).items() if k not in _CLASS_BOOKKEEPING}
+        for name in sorted(own):
+            self.tag("attr", name)
+            self.feed(_unwrap_member(own[name]))
+
+    def _object(self, obj) -> None:
+        cls = type(obj)
+        self.tag("object")
+        self.feed(cls)
+        try:
+            reduced = obj.__reduce_ex__(4)
+        except Exception as exc:  # locks, files, sockets, live connections: no content to read
+            raise Unfingerprintable(f"{cls.__module__}.{cls.__qualname__} cannot be pickled "
+                                    f"({type(exc).__name__})") from None
+        if isinstance(reduced, str):  # a global singleton, pickled by name
+            self.tag("global-object", reduced)
+            return
+        # (callable, args[, state[, list items[, dict items[, setstate]]]]); iterators are drained
+        parts = list(reduced[:3])
+        for extra in reduced[3:5]:
+            parts.append(None if extra is None else list(extra))
+        self.feed(tuple(parts))
+
+
+# Class attributes that are Python's bookkeeping, not behaviour; some are caches filled in later
+# (pickle's __slotnames__, the ABC registry), which would change a class's digest after first use.
+_CLASS_BOOKKEEPING = frozenset({
+    "__dict__", "__weakref__", "__module__", "__doc__", "__qualname__", "__annotations__", "__slotnames__",
+    "_abc_impl", "__abstractmethods__", "__parameters__", "__orig_bases__", "__firstlineno__",
+    "__static_attributes__", "__match_args__", "__dataclass_params__",
+})
+
+
+class _EmptyCell:
+    def __repr__(self) -> str:
+        return "<empty cell>"
+
+
+_EMPTY_CELL = _EmptyCell()
+
+
+def _unwrap_member(value):
+    if isinstance(value, (staticmethod, classmethod)):
+        return ("descriptor", type(value).__name__, value.__func__)
+    if isinstance(value, property):
+        return ("property", value.fget, value.fset, value.fdel)
+    return value
+
+
+def content_digest(obj) -> str | None:
+    """SHA-256 (hex) of what ``obj`` computes (module docstring), or None if it cannot be read."""
+    hasher = _Hasher()
+    try:
+        hasher.feed(obj)
+    except Unfingerprintable:
+        return None
+    except RecursionError:
+        return None
+    return hasher.h.hexdigest()
+
+
+def why_not(obj) -> str | None:
+    """Why ``obj`` has no content digest (None when it has one)."""
+    try:
+        _Hasher().feed(obj)
+    except Unfingerprintable as exc:
+        return str(exc)
+    except RecursionError:
+        return "it nests too deeply"
+    return None

@@ -182,16 +182,21 @@ def cmd_show(a) -> int:
     return 0
 
 
-def _read_data(path: str):
-    """The private data: .npy, or Parquet/CSV through the bootstrap oracle's reader (numeric columns;
-    its errors never quote a row)."""
+def _read_data(path: str, *, schema_only: bool = False):
+    """The private data: .npy, or a Parquet/CSV file (numeric columns; errors never quote a row).
+
+    ``schema_only`` (with a ledger): a Parquet/CSV file is opened as a :class:`~raydp.tables.PrivateTable`
+    whose values the release reads inside its charge, so nothing about them is answered before it.
+    A .npy file's dtype and shape are its header, read by ``np.load`` (no value is checked).
+    """
     import numpy as np
+
+    from .tables import PrivateTable
 
     if path.endswith(".npy"):
         return np.load(path, allow_pickle=False)
-    from .oracles import bootstrap
-
-    return bootstrap(path).data
+    table = PrivateTable(path, error=InvalidArgumentError, what="--data")
+    return table if schema_only else table.load()
 
 
 def cmd_release(a) -> int:
@@ -210,7 +215,7 @@ def cmd_release(a) -> int:
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
     try:
-        data = _read_data(a.data)
+        data = _read_data(a.data, schema_only=ledger is not None)
     except FileNotFoundError:
         raise InvalidArgumentError(f"--data: no such file {a.data!r}") from None
     except (OSError, ValueError, EOFError) as exc:  # a directory, unreadable, not a .npy array

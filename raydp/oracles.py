@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from raydp.errors import OracleError
+from raydp.tables import read_table, table_to_array
 from raydp.validation import check_int, check_real, fail
 
 __all__ = [
@@ -299,69 +300,6 @@ def svm_two_class(dim: int) -> SVMTwoClass:
 # ----------------------------------------------------------------------------- bootstrap oracle
 
 
-_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
-_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst")
-
-
-def _table_to_array(table: Any, where: str) -> tuple[np.ndarray, list[str]]:
-    import pyarrow as pa
-
-    if table.num_columns == 0:
-        raise OracleError(f"bootstrap source {where} has no columns")
-    if table.num_rows == 0:
-        raise OracleError(f"bootstrap source {where} has no rows; need at least one record to resample")
-    bad = [
-        f"{f.name} ({f.type})"
-        for f in table.schema
-        if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type))
-    ]
-    if bad:
-        raise OracleError(
-            f"bootstrap source {where} has non-numeric columns: {', '.join(bad)}; "
-            "only integer, floating-point and decimal columns are allowed (drop or encode the others)"
-        )
-    nulls = [f"{name} ({table.column(i).null_count})" for i, name in enumerate(table.column_names)
-             if table.column(i).null_count]
-    if nulls:
-        raise OracleError(f"bootstrap source {where} has missing values in columns: {', '.join(nulls)}")
-    cols = [np.asarray(table.column(i).cast(pa.float64()).to_numpy(), dtype=np.float64)
-            for i in range(table.num_columns)]
-    return np.column_stack(cols), list(table.column_names)
-
-
-def _load_path(path: str) -> tuple[np.ndarray, list[str]]:
-    if not os.path.isfile(path):
-        raise OracleError(f"bootstrap source file {path!r} does not exist")
-    lower = path.lower()
-    is_parquet = lower.endswith(_PARQUET_SUFFIXES)
-    is_csv = lower.endswith(_CSV_SUFFIXES)
-    if not (is_parquet or is_csv):
-        with open(path, "rb") as fh:
-            is_parquet = fh.read(4) == b"PAR1"
-        if not is_parquet:
-            raise OracleError(
-                f"bootstrap source {path!r}: cannot tell the format; allowed are Parquet "
-                f"({', '.join(_PARQUET_SUFFIXES)}) and CSV ({', '.join(_CSV_SUFFIXES)}) files"
-            )
-    try:
-        if is_parquet:
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path)
-        else:
-            import pyarrow.csv as pcsv
-
-            table = pcsv.read_csv(path)
-    except OracleError:
-        raise
-    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError, ...)
-        # pyarrow's message quotes the row it choked on: the type and a hint only
-        raise OracleError(f"bootstrap source {path!r} could not be read ({type(exc).__name__}: a malformed row, "
-                          "or not a Parquet/CSV file; the parser's message is withheld because it quotes the "
-                          "data)") from None
-    return _table_to_array(table, repr(path))
-
-
 class Bootstrap:
     """Resamples rows with replacement from a fixed public data set (loaded once, float64).
 
@@ -373,9 +311,9 @@ class Bootstrap:
         self.columns: list[str] | None = None
         if isinstance(source, (str, os.PathLike)):
             self.path = os.fspath(source)
-            data, self.columns = _load_path(self.path)
+            data, self.columns = read_table(self.path, OracleError, "bootstrap source")
         elif type(source).__module__.startswith("pyarrow") and hasattr(source, "schema") and hasattr(source, "num_rows"):
-            data, self.columns = _table_to_array(source, "table")
+            data, self.columns = table_to_array(source, "bootstrap source table", OracleError)
         elif isinstance(source, np.ndarray):
             if source.dtype.kind not in "iuf":
                 raise OracleError(

@@ -26,6 +26,7 @@ from .identity import check_reusable, describe, difference, measurement
 from .plan import format_up
 from .sampler import estimate_sensitivity
 from .silence import silenced
+from .tables import PrivateTable
 from .targets import as_target
 
 
@@ -98,6 +99,13 @@ def _private_release(data, target, mechanism, estimate: SensitivityEstimate):
     ``BaseException`` of the target is a failure like any other (a ``KeyboardInterrupt`` stays one,
     without its arguments).
     """
+    if isinstance(data, PrivateTable):  # read here, inside the charge: its values answer nothing for free
+        try:
+            data = data.load()
+        except RaydpError:
+            raise TargetError("the private data file could not be read as finite numbers") from None
+        if data.shape[0] != estimate.n:
+            raise EstimateMismatchError(f"the data has {data.shape[0]} records; the estimate was for n={estimate.n}")
     try:
         with silenced():
             value = target(data)
@@ -136,6 +144,10 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     Give ``estimate`` to reuse a precomputed Δ̂ (it must match the target, the mechanism's norm and
     ``len(data)``), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now.
 
+    ``data`` is an array (records along the first axis) or a :class:`raydp.tables.PrivateTable` (a
+    Parquet or CSV file of which only the schema has been read): with a ledger its values are read
+    inside the charged release, so a missing, NaN or text cell is never reported before the charge.
+
     ``ledger`` (a :class:`raydp.ledger.Ledger` or the path of an existing one) charges this release's
     (ε, δ, γ) durably before the target sees the private data, and refuses it with
     :class:`raydp.errors.BudgetError` — the same refusal whatever the data, the target never called —
@@ -149,14 +161,25 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
         ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)  # fail before any sampling
     elif ledger_label is not None:
         raise InvalidArgumentError("ledger_label= needs ledger=")
-    try:
-        data = np.asarray(data)
-    except (TypeError, ValueError) as exc:  # ragged nested lists; numpy's message could quote the data
-        raise InvalidArgumentError(f"data must be an array with records along the first axis ({type(exc).__name__}: "
-                              "rows of unequal length?)") from None
-    if data.ndim < 1 or data.shape[0] < 1:
-        raise InvalidArgumentError(f"data must be an array with records along the first axis, got shape {data.shape}")
-    n = int(data.shape[0])
+    if isinstance(data, PrivateTable) and ledger is None:
+        data = data.load()  # no budget to protect: every check now, with its full message
+    if isinstance(data, PrivateTable):
+        # With a ledger only the schema was read; the values are read inside the charged release.
+        n = data.rows if data.rows is not None else (estimate.n if estimate is not None else None)
+        if n is None:
+            raise InvalidArgumentError(f"{data.path!r}: a CSV file's rows are counted only when it is read, which "
+                                       "with a ledger happens inside the charged release; give estimate= (its n is "
+                                       "checked there) or use a Parquet file")
+    else:
+        try:
+            data = np.asarray(data)
+        except (TypeError, ValueError) as exc:  # ragged nested lists; numpy's message could quote the data
+            raise InvalidArgumentError(f"data must be an array with records along the first axis "
+                                       f"({type(exc).__name__}: rows of unequal length?)") from None
+        if data.ndim < 1 or data.shape[0] < 1:
+            raise InvalidArgumentError(f"data must be an array with records along the first axis, got shape "
+                                       f"{data.shape}")
+        n = int(data.shape[0])
     target = as_target(target)
     for attr in ("embed", "release", "privacy", "norm"):
         if not hasattr(mechanism, attr):

@@ -330,6 +330,8 @@ class EstimatorTarget:
         db = np.asarray(database, dtype=np.float64)
         if db.ndim == 1:
             db = db[:, None]
+        if not np.all(np.isfinite(db)):  # with a ledger, the private data's NaN is refused only here
+            raise TargetError("records must be finite numbers (a missing value, NaN or inf)")
         width = self.n_features + int(self.supervised)
         if db.ndim != 2 or db.shape[1] != width:
             raise TargetError(f"records must have {width} columns ({self.n_features} features"
@@ -389,11 +391,53 @@ class EstimatorTarget:
 # ----------------------------------------------------------------------------- input checks
 
 
+def _typed(obj) -> bool:
+    """A numpy array of a numeric dtype, or a pandas object whose columns all are (nullable ones too)."""
+    if isinstance(obj, np.ndarray):
+        return obj.dtype.kind in "biuf"
+    if (type(obj).__module__ or "").startswith("pandas") and hasattr(obj, "dtypes"):
+        from pandas.api.types import is_numeric_dtype
+
+        dtypes = obj.dtypes if hasattr(obj, "columns") else [obj.dtype]
+        return all(is_numeric_dtype(d) for d in dtypes)
+    return False
+
+
+def _schema_only(obj, what: str, hint: str) -> np.ndarray:
+    """``obj`` as float64 from its declared types alone: nothing about a value is checked or reported.
+
+    With a ledger (:meth:`PrivateEstimator.fit`) a numpy array must have a numeric dtype and a pandas
+    DataFrame or Series numeric columns (nullable ``Int64``/``Float64`` too: a missing cell becomes NaN,
+    which the charged release then refuses). A list, an object column or an object array would have to
+    be looked at cell by cell to be converted — a free probe of the private values — and is refused
+    here for its type, whatever it holds.
+    """
+    module = type(obj).__module__ or ""
+    if module.startswith("pandas"):
+        from pandas.api.types import is_numeric_dtype
+
+        dtypes = obj.dtypes.items() if hasattr(obj, "columns") else [(getattr(obj, "name", what), obj.dtype)]
+        bad = [f"{name} ({dtype})" for name, dtype in dtypes if not is_numeric_dtype(dtype)]
+        if bad:
+            raise InvalidArgumentError(f"{hint}; with a ledger only numeric column types are accepted (their values "
+                                       f"are checked inside the charged release), got {', '.join(map(str, bad))}")
+        return obj.to_numpy(dtype=np.float64, na_value=np.nan)
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind not in "biuf":
+            raise InvalidArgumentError(f"{hint}; with a ledger the array's dtype must be numeric (its values are "
+                                       f"checked inside the charged release), got dtype {obj.dtype}")
+        return obj.astype(np.float64)
+    raise InvalidArgumentError(f"with a ledger, {what} must be a numpy array or a pandas DataFrame/Series of a "
+                               f"numeric dtype, so that it is checked by its type and never by its values; got "
+                               f"{type(obj).__name__} (convert it with numpy.asarray(..., dtype=float) first)")
+
+
 def _as_matrix(X, what: str, min_rows: int = 2, values: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """``X`` as a 2-D float64 array, and its column names (a DataFrame's). No message quotes the data.
 
-    ``values=False`` checks only the type and shape, never a value (NaN/inf): with a ledger, any check whose
-    answer depends on the private values must happen after the charge (see :meth:`PrivateEstimator.fit`).
+    ``values=False`` (with a ledger) reads only the type and shape, never a value (:func:`_schema_only`):
+    any check whose answer depends on the private values happens after the charge (see
+    :meth:`PrivateEstimator.fit`).
     """
     try:
         import scipy.sparse as sp
@@ -409,16 +453,19 @@ def _as_matrix(X, what: str, min_rows: int = 2, values: bool = True) -> tuple[np
         names = np.asarray([str(c) for c in columns], dtype=object)
     hint = (f"{what} must be numeric: encode text, categorical or date columns as numbers first "
             "(e.g. with an encoder fitted on public data)")
-    try:
-        raw = np.asarray(X)
-    except Exception:
-        raise InvalidArgumentError(f"{what} must be a 2-D array of numbers (rows of unequal length?)") from None
-    if raw.dtype.kind == "O":
-        if not all(isinstance(v, numbers.Real) for v in raw.flat):
-            raise InvalidArgumentError(hint)
-    elif raw.dtype.kind not in "biuf":
-        raise InvalidArgumentError(f"{hint}; got dtype {raw.dtype}")
-    arr = raw.astype(np.float64)
+    if values and not _typed(X):
+        try:
+            raw = np.asarray(X)
+        except Exception:
+            raise InvalidArgumentError(f"{what} must be a 2-D array of numbers (rows of unequal length?)") from None
+        if raw.dtype.kind == "O":
+            if not all(isinstance(v, numbers.Real) for v in raw.flat):
+                raise InvalidArgumentError(hint)
+        elif raw.dtype.kind not in "biuf":
+            raise InvalidArgumentError(f"{hint}; got dtype {raw.dtype}")
+        arr = raw.astype(np.float64)
+    else:
+        arr = _schema_only(X, what, hint)
     if arr.ndim != 2:
         raise InvalidArgumentError(f"{what} must be 2-D (n_samples, n_features), got {arr.ndim}-D; "
                                    "reshape a single feature with X.reshape(-1, 1)")
@@ -427,7 +474,9 @@ def _as_matrix(X, what: str, min_rows: int = 2, values: bool = True) -> tuple[np
                                    f"got shape {arr.shape}")
     if values and not np.all(np.isfinite(arr)):
         raise InvalidArgumentError(f"{what} contains NaN or infinite values; impute or drop them first")
-    return arr, names
+    # C order whatever came in (a DataFrame's block is column-major): BLAS then sums in the same order, so
+    # the same numbers give the same fit and predictions, bit for bit, from an array or a frame.
+    return np.ascontiguousarray(arr), names
 
 
 def _numeric(values) -> bool:
@@ -435,19 +484,23 @@ def _numeric(values) -> bool:
 
 
 def _as_labels(y, n: int, values: bool = True) -> np.ndarray:
-    try:
-        raw = np.asarray(y)
-    except Exception:
-        raise InvalidArgumentError("y must be a 1-D array of numbers") from None
+    """``y`` as a 1-D float64 array of ``n`` entries; ``values=False``: by its type alone (see :func:`_as_matrix`)."""
+    hint = "y must be numeric: records are rows [X | y] of numbers, so encode class labels as numbers first (e.g. 0, 1, ...)"
+    if values and not _typed(y):
+        try:
+            raw = np.asarray(y)
+        except Exception:
+            raise InvalidArgumentError("y must be a 1-D array of numbers") from None
+        if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.flat):
+            raw = raw.astype(np.float64)
+        if raw.dtype.kind not in "biuf":
+            raise InvalidArgumentError(hint)
+    else:
+        raw = _schema_only(y, "y", hint)
     if raw.ndim == 2 and raw.shape[1] == 1:
         raw = raw[:, 0]
     if raw.ndim != 1:
         raise InvalidArgumentError(f"y must be 1-D (one target per row of X), got shape {raw.shape}")
-    if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.flat):
-        raw = raw.astype(np.float64)
-    if raw.dtype.kind not in "biuf":
-        raise InvalidArgumentError("y must be numeric: records are rows [X | y] of numbers, so encode class "
-                                   "labels as numbers first (e.g. 0, 1, ...)")
     if raw.shape[0] != n:
         raise InvalidArgumentError(f"y has {raw.shape[0]} entries but X has {n} rows")
     arr = raw.astype(np.float64)
@@ -548,7 +601,7 @@ class PrivateEstimator(BaseEstimator):
     """
 
     def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma, seed=None, mechanism=None, params=None,
-                 estimate=None, m=None, k=None, backend="local", store=None, progress=False, block_size=None,
+                 estimate=None, m=None, k=None, backend="auto", store=None, progress=False, block_size=None,
                  pair_timeout=None, strict=False, ledger=None, ledger_label=None):
         self.estimator = estimator
         self.oracle = oracle
@@ -653,8 +706,17 @@ class PrivateEstimator(BaseEstimator):
                                     pair_timeout=self.pair_timeout)
 
     # ---- fit -----------------------------------------------------------------------------
-    def fit(self, X, y=None):
-        """Sample Δ̂ (or reuse one), fit once on (X, y) and release the parameters. Returns self."""
+    def fit(self, X, y=None, **fit_params):
+        """Sample Δ̂ (or reuse one), fit once on (X, y) and release the parameters. Returns self.
+
+        ``fit_params`` such as ``sample_weight`` are refused: a weight belongs to a record, and the
+        oracle draws unweighted records, so Δ̂ would be sampled for another function than the fit.
+        """
+        if fit_params:
+            raise InvalidArgumentError(
+                f"fit() does not take {', '.join(sorted(fit_params))}: Δ̂ is sampled over records drawn from the "
+                "oracle, which carry no weights or fit options; put a weight in the records (a column of X) or "
+                "resample the data instead")
         estimator = self._checked_estimator()
         name = type(estimator).__name__
         # Checks whose answer depends on the private *values* (NaN, unknown labels) are made here only
@@ -744,7 +806,14 @@ class PrivateEstimator(BaseEstimator):
                     f"{name} has no fitted float parameter that its predictions use (raydp releases float arrays "
                     f"such as coef_ and intercept_; found {sorted(floats) or 'none'}); give params= to choose")
             return paths
-        chosen = self.params(skeleton) if callable(self.params) else self.params
+        if callable(self.params):
+            try:
+                chosen = self.params(skeleton)
+            except Exception as exc:  # the skeleton is a fit on public records: its message may be shown
+                raise InvalidArgumentError(f"params: the callable raised {type(exc).__name__} on the model fitted "
+                                           f"on public records: {exc}".splitlines()[0]) from None
+        else:
+            chosen = self.params
         if isinstance(chosen, str) or not all(isinstance(p, str) for p in chosen):
             raise InvalidArgumentError(f"params must be a list of attribute paths (or a callable returning one), "
                                        f"got {chosen!r}")

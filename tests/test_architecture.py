@@ -23,7 +23,7 @@ PACKAGE = ROOT / "raydp"
 FLOORS: list[tuple[str, ...]] = [
     ("raydp._version", "raydp.errors"),
     ("raydp.validation", "raydp.fingerprint", "raydp.silence"),
-    ("raydp.identity", "raydp.plan", "raydp.noise"),
+    ("raydp.identity", "raydp.plan", "raydp.noise", "raydp.tables"),
     ("raydp.mechanisms", "raydp.targets", "raydp.oracles"),
     ("raydp.engine",),
     ("raydp.store", "raydp.estimate", "raydp.ledger"),

@@ -184,7 +184,7 @@ def test_clone_get_set_params_and_pickle(cancer, tmp_path):
     public, X, y = cancer
     pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracles.bootstrap(public), epsilon=1.0, seed=2, **FAST)
     params = pe.get_params()
-    assert params["estimator__C"] == 0.5 and params["epsilon"] == 1.0 and params["backend"] == "local"
+    assert params["estimator__C"] == 0.5 and params["epsilon"] == 1.0 and params["backend"] == "auto"
     twin = clone(pe)
     assert twin is not pe and twin.get_params()["estimator__C"] == 0.5
     assert not hasattr(twin, "estimate_")
@@ -417,6 +417,26 @@ def test_bad_input_names_what_to_fix(cancer):
         fit(LogisticRegression(), params=["coef"])
     with pytest.raises(InvalidArgumentError, match="random generator object"):
         fit(LogisticRegression(random_state=np.random.RandomState(0)))
+
+
+def test_smaller_refusals_are_one_line_and_auto_is_the_default(cancer):
+    """Issue 19, item 5: a params callable that raises, fit options such as sample_weight, the default backend."""
+    public, X, y = cancer
+    oracle = oracles.bootstrap(public)
+
+    def broken(model):
+        raise KeyError("no such step")
+
+    with pytest.raises(InvalidArgumentError, match="params: the callable raised KeyError on the model fitted on "
+                                                   "public records: 'no such step'"):
+        PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, params=broken, **FAST).fit(X, y)
+    with pytest.raises(InvalidArgumentError, match="fit\(\) does not take sample_weight: .*carry no weights"):
+        PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, **FAST).fit(
+            X, y, sample_weight=np.ones(len(y)))
+    pe = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, **FAST)
+    assert pe.backend == "auto" == PrivateEstimator.__init__.__kwdefaults__["backend"]
+    chosen = pe.fit(X, y).estimate_.backend  # auto's reason ("local" alone would mean it was not asked)
+    assert chosen.startswith("local (auto:") or chosen == "ray (Ray is already initialised in this process)", chosen
 
 
 def test_params_override_and_failing_pairs(cancer):

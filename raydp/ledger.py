@@ -84,18 +84,17 @@ import errno
 import fcntl
 import json
 import logging
-import math
 import os
 import stat
 import uuid
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Real
 from urllib.parse import unquote, urlparse
 
 from .errors import BudgetError, InvalidArgument
 from .identity import estimate_fingerprint, sample_fingerprint
 from .plan import format_up
+from .validation import check_delta, check_epsilon, check_gamma, check_nonnegative
 
 log = logging.getLogger("raydp.ledger")
 
@@ -132,26 +131,22 @@ def _local_path(path) -> str:
 
 
 def _check_total(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise InvalidArgument(f"{what} must be a real number, got {value!r}")
-    v = float(value)
     if what.startswith("epsilon"):
-        if not (math.isfinite(v) and v > 0):
-            raise InvalidArgument(f"{what} must be finite and > 0, got {v!r}")
-    elif not (0.0 <= v < 1.0):  # also refuses NaN
-        raise InvalidArgument(f"{what} must lie in [0, 1), got {v!r}")
-    return v
+        return check_epsilon(value, what, error=InvalidArgument)
+    return check_delta(value, what, error=InvalidArgument)
 
 
-def _check_amount(value, what: str, lo_open: bool, hi: float | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise InvalidArgument(f"{what} must be a real number, got {value!r}")
-    v = float(value)
-    ok = math.isfinite(v) and (v > 0 if lo_open else v >= 0) and (hi is None or v < hi)
-    if not ok:
-        bounds = ("(0, " if lo_open else "[0, ") + ("inf)" if hi is None else f"{hi:g})")
-        raise InvalidArgument(f"{what} must lie in {bounds}, got {v!r}")
-    return v
+# What a ledger entry records, each checked as every other ε, δ, γ and Δ in raydp (raydp.validation).
+_AMOUNT_CHECKS = {
+    "epsilon": lambda v: check_epsilon(v, error=InvalidArgument),
+    "delta": lambda v: check_delta(v, error=InvalidArgument),
+    "gamma": lambda v: check_gamma(v, zero=True, error=InvalidArgument),
+    "sensitivity": lambda v: check_nonnegative(v, "sensitivity", error=InvalidArgument),
+}
+
+
+def _check_amount(value, what: str) -> float:
+    return _AMOUNT_CHECKS[what](value)
 
 
 @dataclass(frozen=True)
@@ -372,10 +367,10 @@ class Ledger:
         only fingerprinted. ``calibration`` names how the noise was calibrated (the Gaussian's
         "analytic" or "classic"). Call this before drawing any noise.
         """
-        eps = _check_amount(epsilon, "epsilon", lo_open=True, hi=None)
-        dlt = _check_amount(delta, "delta", lo_open=False, hi=1.0)
-        gam = _check_amount(gamma, "gamma", lo_open=False, hi=1.0)
-        sens = _check_amount(sensitivity, "sensitivity", lo_open=False, hi=None)
+        eps = _check_amount(epsilon, "epsilon")
+        dlt = _check_amount(delta, "delta")
+        gam = _check_amount(gamma, "gamma")
+        sens = _check_amount(sensitivity, "sensitivity")
         if not isinstance(mechanism, str) or not mechanism:
             raise InvalidArgument(f"mechanism must be a non-empty name, got {mechanism!r}")
         if label is not None and not isinstance(label, str):
@@ -537,9 +532,9 @@ def _validate(doc) -> None:
         if e["status"] not in STATUSES:
             raise ValueError(f"entry {e['id']} has unknown status {e['status']!r}")
         try:
-            _check_amount(e["epsilon"], "epsilon", lo_open=True, hi=None)
-            _check_amount(e["delta"], "delta", lo_open=False, hi=1.0)
-            _check_amount(e["gamma"], "gamma", lo_open=False, hi=1.0)
-            _check_amount(e["sensitivity"], "sensitivity", lo_open=False, hi=None)
+            _check_amount(e["epsilon"], "epsilon")
+            _check_amount(e["delta"], "delta")
+            _check_amount(e["gamma"], "gamma")
+            _check_amount(e["sensitivity"], "sensitivity")
         except InvalidArgument as exc:
             raise ValueError(f"entry {e['id']}: {exc}") from None

@@ -19,11 +19,11 @@ array([1., 2.])
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 from raydp.errors import MechanismError
+from raydp.validation import check_nonnegative
 
 
 @lru_cache(maxsize=1)
@@ -39,13 +39,9 @@ __all__ = ["laplace", "gaussian", "noisy_max_index"]
 
 
 def _check_scale(scale) -> float:
-    try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        raise MechanismError(f"noise scale must be a real number >= 0, got {scale!r}") from None
-    if not math.isfinite(s) or s < 0:
-        raise MechanismError(f"noise scale must be finite and >= 0, got {s!r}")
-    return s
+    if isinstance(scale, np.generic):
+        scale = scale.item()
+    return check_nonnegative(scale, "noise scale", error=MechanismError)
 
 
 def _check_values(values, what: str) -> np.ndarray:

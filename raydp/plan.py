@@ -28,6 +28,7 @@ from decimal import ROUND_CEILING, Decimal, localcontext
 from scipy.special import lambertw
 
 from .errors import PlanError
+from .validation import check_gamma, check_int, fail
 
 MODES = ("m", "gamma", "k", "manual")
 
@@ -147,26 +148,19 @@ def _ceil(x: float) -> int:
 
 
 def _check_gamma(gamma) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
-        raise PlanError(f"gamma must be a number in (0, 1), got {gamma!r}")
-    g = float(gamma)
-    if not (0.0 < g < 1.0):  # also rejects NaN
-        raise PlanError(f"gamma must be in the open interval (0, 1), got {gamma!r}")
-    return g
+    return check_gamma(gamma, error=PlanError)
 
 
 def _check_count(name: str, value) -> int:
+    # A whole float (1e6, as a command line or a config file gives it) is the integer it equals.
     given = value
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if not isinstance(value, bool) and isinstance(value, numbers.Real) and float(value).is_integer():
-            value = int(value)
-        else:
-            raise PlanError(f"{name} must be a positive integer, got {value!r}")
-    if value < 1:
-        raise PlanError(f"{name} must be a positive integer, got {value!r}")
-    if value > MAX_M:
-        raise PlanError(f"{name} must be a positive integer at most 2**53 = {MAX_M}, got {given!r}")
-    return int(value)
+    if (not isinstance(value, (bool, numbers.Integral)) and isinstance(value, numbers.Real)
+            and math.isfinite(value) and float(value).is_integer()):
+        value = int(value)
+    try:
+        return check_int(value, name, min_value=1, max_value=MAX_M, error=PlanError)
+    except PlanError:
+        raise fail(PlanError, name, "a positive integer at most 2**53", given) from None
 
 
 def _m_for(gamma: float, rho: float) -> int:

@@ -67,7 +67,7 @@ from .errors import EstimateMismatchError, InvalidArgumentError, OracleError, Ta
 from .estimate import SensitivityEstimate
 from .identity import check_reusable, content_fields, describe, difference
 from .mechanisms import Gaussian, Laplace
-from .mechanisms.base import check_epsilon
+from .validation import check_delta, check_epsilon
 from .oracles import as_oracle, check_records
 from .plan import plan as make_plan
 from .release import sample_then_respond
@@ -637,9 +637,7 @@ class PrivateEstimator(BaseEstimator):
         return est
 
     def _mechanism(self):
-        delta = self.delta
-        if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 <= delta < 1:
-            raise InvalidArgumentError(f"delta must be a real number in [0, 1), got {delta!r}")
+        delta = check_delta(self.delta)
         if self.mechanism is None:
             if delta == 0:
                 return Laplace(self.epsilon)
@@ -652,7 +650,7 @@ class PrivateEstimator(BaseEstimator):
             raise InvalidArgumentError(f"mechanism must add noise to every coordinate of a vector (Laplace, Gaussian); "
                                        f"{type(mech).__name__} releases something else")
         eps, dlt = mech.privacy()
-        if (float(eps), float(dlt)) != (check_epsilon(self.epsilon), float(delta)):
+        if (float(eps), float(dlt)) != (check_epsilon(self.epsilon), delta):
             raise InvalidArgumentError(f"mechanism has (ε, δ) = ({eps:g}, {dlt:g}) but epsilon={self.epsilon!r}, "
                                        f"delta={delta!r} were given; make them agree")
         return mech

@@ -27,7 +27,8 @@ import numpy as np
 
 from .errors import InvalidArgumentError
 
-__all__ = ["check_int", "check_real", "check_bool", "fail"]
+__all__ = ["check_int", "check_real", "check_bool", "fail", "check_epsilon", "check_delta", "check_epsilon_delta",
+           "check_gamma", "check_nonnegative"]
 
 
 def fail(error: type[Exception], name: str, expected: str, value) -> Exception:
@@ -75,7 +76,10 @@ def check_real(value, name: str, *, min_value: float | None = None, max_value: f
         expected = ("a finite real number" if finite else "a real number") + (" " + " and ".join(parts) if parts else "")
     if _is_bool(value) or not isinstance(value, numbers.Real):
         raise fail(error, name, expected, value)
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond any float (10**400)
+        v = math.copysign(math.inf, value)
     if math.isnan(v) or (finite and not math.isfinite(v)):
         raise fail(error, name, expected, value)
     if min_value is not None and (v < min_value or (v == min_value and not include_min)):
@@ -90,3 +94,50 @@ def check_bool(value, name: str, *, error: type[Exception] = InvalidArgumentErro
     if not _is_bool(value):
         raise error(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Privacy parameters: every ε, δ and γ in raydp is checked here, with the caller's error type.
+
+
+def check_epsilon(value, name: str = "epsilon", *, error: type[Exception] = InvalidArgumentError) -> float:
+    """ε: a real number (not a bool), finite and > 0.
+
+    >>> check_epsilon(0.5)
+    0.5
+    """
+    return check_real(value, name, min_value=0, include_min=False, error=error, expected="a finite real number > 0")
+
+
+def check_delta(value, name: str = "delta", *, zero: bool = True,
+                error: type[Exception] = InvalidArgumentError) -> float:
+    """δ: a real number in [0, 1) (``zero=False``: in (0, 1), for mechanisms that need δ > 0).
+
+    >>> check_delta(0.0), check_delta(1e-6, zero=False)
+    (0.0, 1e-06)
+    """
+    return check_real(value, name, min_value=0, max_value=1, include_min=zero, include_max=False, error=error,
+                      expected=f"a real number in {'[' if zero else '('}0, 1)")
+
+
+def check_epsilon_delta(epsilon, delta, *, zero_delta: bool = True,
+                        error: type[Exception] = InvalidArgumentError) -> tuple[float, float]:
+    """(ε, δ) of one release or one budget: :func:`check_epsilon` and :func:`check_delta` together."""
+    return check_epsilon(epsilon, error=error), check_delta(delta, zero=zero_delta, error=error)
+
+
+def check_gamma(value, name: str = "gamma", *, zero: bool = False,
+                error: type[Exception] = InvalidArgumentError) -> float:
+    """γ of random DP: a real number in the open interval (0, 1) (``zero=True``: [0, 1), as a ledger
+    records a release that holds for every pair).
+
+    >>> check_gamma(0.05)
+    0.05
+    """
+    return check_real(value, name, min_value=0, max_value=1, include_min=zero, include_max=False, error=error,
+                      expected=f"a real number in {'[' if zero else '('}0, 1)")
+
+
+def check_nonnegative(value, name: str, *, error: type[Exception] = InvalidArgumentError) -> float:
+    """A finite real number >= 0 (a sensitivity, a noise scale, a proposed bound)."""
+    return check_real(value, name, min_value=0, error=error, expected="a finite real number >= 0")

@@ -19,7 +19,7 @@ def run_cli(*args):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["plan", "--gamma", "1.5"], "open interval (0, 1)"),
+    (["plan", "--gamma", "1.5"], "real number in (0, 1)"),
     (["plan", "--gamma", "abc"], "invalid float value"),
     (["plan", "--m", "0"], "positive integer"),
     (["plan", "--m", "100", "--k", "200"], "at most m"),
@@ -56,7 +56,7 @@ def test_plan_json_in_a_real_process():
     assert json.loads(out) == {"m": 2000, "k": 1983, "gamma": 0.05, "rho": pytest.approx(0.0033080, abs=1e-7),
                                "mode": "k"}
     code, out, err = run_cli("plan", "--gamma", "1.5")
-    assert code == 2 and err.strip() == "raydp: error: gamma must be in the open interval (0, 1), got 1.5"
+    assert code == 2 and err.strip() == "raydp: error: gamma must be a real number in (0, 1), got 1.5"
 
 
 def test_estimate_show_release_round_trip(tmp_path, capsys):

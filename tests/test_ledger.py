@@ -275,7 +275,7 @@ ENTRY = b'{"id": 1, "time": "t", "status": "released", "mechanism": "laplace", "
 
 @pytest.mark.parametrize("content, why", [
     (b"{not json", "Expecting"), (b"", "Expecting value"), (b'{"kind": "something else"}', "not a raydp"),
-    (b"[]", "not a raydp"), (HEAD + b"[" + ENTRY + b'"gamma": 0.1, "epsilon": -5.0}]}', "epsilon must lie"),
+    (b"[]", "not a raydp"), (HEAD + b"[" + ENTRY + b'"gamma": 0.1, "epsilon": -5.0}]}', "epsilon must be a finite real number > 0"),
     (HEAD + b"[" + ENTRY + b'"gamma": 0.1}]}', "epsilon"),  # a missing field
     (HEAD + b"[" + ENTRY + b'"gamma": 0.1, "epsilon": 0.5}, ' + ENTRY + b'"gamma": 0.1, "epsilon": 0.5}]}',
      "repeated entry id"),

@@ -53,10 +53,10 @@ def test_lower_branch_matters():
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
-        ({"gamma": 1.5}, "open interval (0, 1)"),
-        ({"gamma": 0.0}, "open interval (0, 1)"),
-        ({"gamma": float("nan")}, "open interval (0, 1)"),
-        ({"gamma": "0.1"}, "must be a number"),
+        ({"gamma": 1.5}, "real number in (0, 1)"),
+        ({"gamma": 0.0}, "real number in (0, 1)"),
+        ({"gamma": float("nan")}, "real number in (0, 1)"),
+        ({"gamma": "0.1"}, "must be a real number"),
         ({"m": 0}, "positive integer"),
         ({"m": 10.5}, "positive integer"),
         ({"m": -3, "gamma": 0.1}, "positive integer"),

@@ -10,17 +10,15 @@ the two differ by half of one gap between order statistics.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from numbers import Real
 
 import numpy as np
 
-from raydp.errors import InvalidArgumentError
-from raydp.mechanisms import base as _mechanisms
+from raydp import validation
+from raydp.errors import InvalidArgumentError, MechanismError
 from raydp.mechanisms.base import check_epsilon  # noqa: F401 - the baselines check ε as the mechanisms do
 from raydp.validation import check_int as _check_int
-from raydp.validation import check_real, fail
+from raydp.validation import check_real
 
 __all__ = ["BaselineRelease", "median_rank", "lower_median", "LowerMedian", "median_target"]
 
@@ -57,20 +55,14 @@ class BaselineRelease:
 
 
 def check_delta(delta, *, allow_zero: bool = False) -> float:
-    """δ in (0, 1) as the mechanisms require it, or exactly 0 when ``allow_zero`` (pure DP)."""
-    if allow_zero and not isinstance(delta, bool) and isinstance(delta, Real) and float(delta) == 0.0:
-        return 0.0
-    return _mechanisms.check_delta(delta)
+    """δ in (0, 1) as the mechanisms require it, or [0, 1) when ``allow_zero`` (pure DP)."""
+    return validation.check_delta(delta, zero=allow_zero, error=MechanismError)
 
 
 def check_beta(beta) -> float:
     """β (the smoothness parameter) as a float: a real number (not a bool), finite and > 0."""
-    if isinstance(beta, bool) or not isinstance(beta, Real):
-        raise fail(InvalidArgumentError, "beta", "a real number > 0", beta)
-    b = float(beta)
-    if not math.isfinite(b) or b <= 0:
-        raise fail(InvalidArgumentError, "beta (the smoothness parameter)", "finite and > 0", b)
-    return b
+    return check_real(beta, "beta (the smoothness parameter)", min_value=0, include_min=False,
+                      expected="a finite real number > 0")
 
 
 def check_bounds(lower, upper) -> tuple[float, float]:

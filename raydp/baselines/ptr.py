@@ -27,8 +27,7 @@ import math
 import numpy as np
 
 from raydp import noise
-from raydp.errors import InvalidArgumentError
-from raydp.validation import check_int
+from raydp.validation import check_int, check_nonnegative
 
 from ._common import (
     EPS_DELTA_DP,
@@ -47,13 +46,9 @@ __all__ = ["ptr_distance_to_unsafe", "ptr_threshold", "ptr_median", "propose_bou
 
 
 def _check_bound(bound) -> float:
-    try:
-        b = float(bound)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"bound must be a real number >= 0, got {bound!r}") from None
-    if not math.isfinite(b) or b < 0:
-        raise InvalidArgumentError(f"bound (the proposed local-sensitivity bound) must be finite and >= 0, got {bound!r}")
-    return b
+    if isinstance(bound, np.generic):
+        bound = bound.item()
+    return check_nonnegative(bound, "bound (the proposed local-sensitivity bound)")
 
 
 def ptr_distance_to_unsafe(x, bound: float, lower: float, upper: float) -> float:

@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from raydp.errors import InvalidArgumentError, MechanismError, TargetError
-from raydp.validation import check_int, fail
+from raydp import validation
+from raydp.validation import check_int
 
 __all__ = ["Mechanism", "check_epsilon", "check_delta", "check_sensitivity", "resolve_claim"]
 
@@ -32,35 +33,26 @@ __all__ = ["Mechanism", "check_epsilon", "check_delta", "check_sensitivity", "re
 
 def check_epsilon(epsilon, what: str = "epsilon") -> float:
     """ε as a float: a real number (not a bool), finite and > 0; else :class:`MechanismError`."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-        raise fail(MechanismError, what, "a real number > 0", epsilon)
-    eps = float(epsilon)
-    if not math.isfinite(eps) or eps <= 0:
-        raise fail(MechanismError, what, "finite and > 0", eps)
-    return eps
+    return validation.check_epsilon(epsilon, what, error=MechanismError)
 
 
 def check_delta(delta) -> float:
     """δ as a float: a real number (not a bool) strictly between 0 and 1; else :class:`MechanismError`."""
-    if isinstance(delta, bool) or not isinstance(delta, Real):
-        raise fail(MechanismError, "delta", "a real number in (0, 1)", delta)
-    d = float(delta)
-    if not (0.0 < d < 1.0):  # also refuses NaN
-        raise MechanismError(f"delta must lie strictly between 0 and 1, got {d!r}")
-    return d
+    return validation.check_delta(delta, zero=False, error=MechanismError)
 
 
 def check_sensitivity(sensitivity) -> float:
-    """Δ as a float: a real number (not a bool), finite and >= 0; else :class:`MechanismError`."""
-    if isinstance(sensitivity, bool) or not isinstance(sensitivity, Real):
-        raise fail(MechanismError, "sensitivity", "a real number >= 0", sensitivity)
-    s = float(sensitivity)
-    if math.isnan(s) or math.isinf(s) or s < 0:
-        raise MechanismError(
-            f"sensitivity must be finite and >= 0 (0 means no noise is needed), got {s!r}; "
-            "an infinite estimate means some sampled pair could not be bounded"
-        )
-    return s
+    """Δ as a float: a real number (not a bool), finite and >= 0; else :class:`MechanismError`.
+
+    An infinite Δ̂ is an estimate with too many failed pairs: the message says so.
+    """
+    try:
+        return validation.check_nonnegative(sensitivity, "sensitivity", error=MechanismError)
+    except MechanismError as exc:
+        if isinstance(sensitivity, Real) and not isinstance(sensitivity, bool) and math.isinf(float(sensitivity)):
+            raise MechanismError(f"{exc} (0 means no noise is needed); an infinite estimate means some sampled "
+                                 "pair could not be bounded") from None
+        raise
 
 
 def check_positive_int(value, what: str) -> int:

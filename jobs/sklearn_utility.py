@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     import raydp
-    from raydp import oracles
+    from raydp import SamplerOptions, oracles
     from raydp.engine.backends import as_backend
     from raydp.errors import InvalidArgumentError
     from raydp.sklearn import PrivateEstimator
@@ -320,8 +320,9 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(store)
             Xtr, ytr, _, _ = splits[0]
             t0 = time.perf_counter()
+            options = SamplerOptions(seed=a.seed, store=store, backend=backend, progress=not a.quiet)
             first = PrivateEstimator(model, oracle=oracle, epsilon=epsilons[0], delta=delta, gamma=a.gamma,
-                                     seed=a.seed, store=store, backend=backend, progress=not a.quiet).fit(Xtr, ytr)
+                                     options=options).fit(Xtr, ytr)
             sampling_seconds += time.perf_counter() - t0
             estimates[method] = first.estimate_
         classes = len(np.unique(public[:, -1])) if metric == "accuracy" else 0
@@ -342,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             for j, eps in enumerate(epsilons):
                 for method, delta in (("raydp_laplace", 0.0), ("raydp_gaussian", a.delta)):
                     private = PrivateEstimator(model, oracle=oracle, epsilon=eps, delta=delta, gamma=a.gamma,
-                                               seed=a.seed, estimate=estimates[method]).fit(Xtr, ytr)
+                                               estimate=estimates[method],
+                                               options=SamplerOptions(seed=a.seed)).fit(Xtr, ytr)
                     scores[method][r, j] = private.score(Xte, yte)
                 if bound2 is not None:  # output perturbation of the same fit, with the proven bound
                     for method, mech, bound in (("global_laplace", raydp.Laplace(eps), bound1),

@@ -28,11 +28,12 @@ from .errors import (
     StoreError,
     TargetError,
 )
-from .engine import AutoBackend, LocalBackend, RayBackend
+from .engine import AutoBackend, Backend, LocalBackend, RayBackend
 from .estimate import SensitivityEstimate
 from .identity import RunIdentity
 from .ledger import Ledger
 from .mechanisms import Bernstein, Exponential, Gaussian, Laplace
+from .options import SamplerOptions
 from .plan import Plan, plan
 from .release import Release, sample_then_respond
 from .sampler import estimate_sensitivity, load_estimate
@@ -45,5 +46,5 @@ __all__ = [
     "Release", "Laplace", "Gaussian", "Exponential", "Bernstein", "oracles", "targets", "load_estimate",
     "RaydpError", "PlanError", "MechanismError", "OracleError", "TargetError", "EstimateMismatchError",
     "StoreError", "EngineError", "InvalidArgument", "InvalidArgumentError", "Ledger", "BudgetError",
-    "AutoBackend", "LocalBackend", "RayBackend", "Store", "RunIdentity",
+    "AutoBackend", "Backend", "LocalBackend", "RayBackend", "Store", "RunIdentity", "SamplerOptions",
 ]

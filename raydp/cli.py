@@ -94,6 +94,54 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
         raise InvalidArgumentError(f"--mechanism-args do not fit the {name} mechanism: {exc}") from None
 
 
+# ---------------------------------------------------------------------------------------------------
+# The sampler's options on a command line: the same flags for `raydp estimate` and every job.
+
+_BACKEND_FLAGS = {"address": "--address", "num_cpus": "--num-cpus", "task_timeout": "--task-timeout"}
+
+
+def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = None) -> None:
+    """The flags of :class:`raydp.SamplerOptions` (and of the Ray backend it may use)."""
+    g = parser.add_argument_group("how the pairs are sampled (raydp.SamplerOptions)")
+    g.add_argument("--seed", type=int, default=seed_default,
+                   help="fixes every G value with the block size" + (f" (default: {seed_default})"
+                                                                     if seed_default is not None else ""))
+    g.add_argument("--block-size", type=int, help="pairs per block (default: from n, m and the target kind)")
+    g.add_argument("--backend", choices=("auto", "local", "ray"), default="auto",
+                   help="auto (default): in process for a small run, Ray for a large one or when a cluster is "
+                        "at hand (--address, RAY_ADDRESS); local; ray. Every choice gives the same sample")
+    g.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, set by `ray job submit`)")
+    g.add_argument("--num-cpus", type=int, metavar="N",
+                   help="CPUs of the embedded Ray started when there is no cluster (default: all)")
+    g.add_argument("--task-timeout", type=float, metavar="SECONDS",
+                   help="ray backend: kill a task that runs longer; its pairs count as failures")
+    g.add_argument("--pair-timeout", type=float, metavar="SECONDS",
+                   help="a pair whose evaluation takes longer counts as a failure (G = +inf)")
+    g.add_argument("--strict", action="store_true", help="stop on the first failing pair")
+    g.add_argument("--quiet", action="store_true", help="no progress display")
+    if store:
+        g.add_argument("--store", "--out", dest="store",
+                       help="store URI: local path or pyarrow filesystem URI (s3://...) (--out is the old name)")
+        g.add_argument("--resume", action="store_true", help="continue the run stored at --store")
+
+
+def sampler_options(a, **changes):
+    """The :class:`raydp.SamplerOptions` the flags of :func:`add_sampler_flags` give (``changes`` on top)."""
+    from .options import SamplerOptions
+
+    backend = {field: getattr(a, field) for field in _BACKEND_FLAGS if getattr(a, field, None) is not None}
+    if a.backend == "local" and backend:
+        flags = ", ".join(_BACKEND_FLAGS[f] for f in backend)
+        raise InvalidArgumentError(f"{flags} {'needs' if len(backend) == 1 else 'need'} --backend auto or ray "
+                                   "(in process there is no Ray; "
+                                   "use --pair-timeout for a time limit)")
+    fields = dict(seed=a.seed, block_size=a.block_size, backend=a.backend, store=getattr(a, "store", None),
+                  resume=getattr(a, "resume", False), strict=a.strict, progress=not a.quiet,
+                  pair_timeout=a.pair_timeout)
+    fields.update(changes)
+    return SamplerOptions.of(**fields, **backend)
+
+
 def _plan_kwargs(a) -> dict:
     return {"gamma": a.gamma, "m": a.m, "k": a.k}
 
@@ -151,16 +199,7 @@ def cmd_estimate(a) -> int:
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     oracle = build(a.oracle, a.oracle_args, "--oracle", ("raydp.oracles",))
     mech = build_mechanism(a.mechanism, a.mechanism_args)
-    options = {}  # fields of the chosen backend (RayBackend's address, task_timeout)
-    if a.address:
-        options["address"] = a.address
-    if a.task_timeout is not None:
-        options["task_timeout"] = a.task_timeout
-    est = estimate_sensitivity(
-        target, oracle, a.n, mechanism=mech, seed=a.seed, block_size=a.block_size, backend=a.backend,
-        strict=a.strict, pair_timeout=a.pair_timeout, progress=not a.quiet, store=a.store, resume=a.resume,
-        **_plan_kwargs(a), **options,
-    )
+    est = estimate_sensitivity(target, oracle, a.n, mechanism=mech, options=sampler_options(a), **_plan_kwargs(a))
     print_estimate(est, as_json=a.json, uri=a.store)
     return 0
 
@@ -294,21 +333,7 @@ def make_parser() -> argparse.ArgumentParser:
     _add_plan_flags(e)
     e.add_argument("--mechanism", choices=MECHANISMS, default="laplace", help="fixes the norm G is measured in")
     e.add_argument("--mechanism-args", help="JSON kwargs for the mechanism (responses, lattice, dims, ...)")
-    e.add_argument("--seed", type=int)
-    e.add_argument("--block-size", type=int)
-    e.add_argument("--backend", choices=("local", "ray", "auto"), default="auto",
-                   help="auto (default): in process for a small run, Ray for a large one or when a cluster is "
-                        "at hand (--address, RAY_ADDRESS); local; ray")
-    e.add_argument("--address", help="Ray cluster address (ray backend)")
-    e.add_argument("--store", "--out", dest="store",
-                   help="store URI: local path or pyarrow filesystem URI (s3://...) (--out is the old name)")
-    e.add_argument("--resume", action="store_true", help="continue the run stored at --store")
-    e.add_argument("--strict", action="store_true", help="stop on the first failing pair")
-    e.add_argument("--pair-timeout", type=float, metavar="SECONDS",
-                   help="a pair whose evaluation takes longer counts as a failure (G = +inf)")
-    e.add_argument("--task-timeout", type=float, metavar="SECONDS",
-                   help="ray backend: kill a task that runs longer; its pairs count as failures")
-    e.add_argument("--quiet", action="store_true", help="no progress display")
+    add_sampler_flags(e)
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_estimate)
 

@@ -24,6 +24,8 @@ from .errors import EstimateMismatchError, InvalidArgumentError, MechanismError,
 from .estimate import SensitivityEstimate
 from .identity import check_reusable, describe, difference, measurement
 from .plan import format_up
+from .mechanisms.base import check_mechanism
+from .options import SamplerOptions
 from .sampler import estimate_sensitivity
 from .silence import silenced
 from .tables import PrivateTable
@@ -137,12 +139,14 @@ def _private_release(data, target, mechanism, estimate: SensitivityEstimate):
 
 
 def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimate | None = None,
-                        oracle=None, gamma=None, m=None, k=None, seed=None, ledger=None,
-                        ledger_label: str | None = None, **sampler_options) -> Release:
+                        oracle=None, gamma=None, m=None, k=None, options: SamplerOptions | None = None,
+                        ledger=None, ledger_label: str | None = None, **keywords) -> Release:
     """Release ``mechanism`` applied to ``target(data)`` with a sampled (or given) Δ̂.
 
     Give ``estimate`` to reuse a precomputed Δ̂ (it must match the target, the mechanism's norm and
-    ``len(data)``), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now.
+    ``len(data)``), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now, run as
+    ``options`` (a :class:`~raydp.options.SamplerOptions`, or its fields as keywords: ``seed=``,
+    ``backend=``, ``store=``, ...).
 
     ``data`` is an array (records along the first axis) or a :class:`raydp.tables.PrivateTable` (a
     Parquet or CSV file of which only the schema has been read): with a ledger its values are read
@@ -181,21 +185,20 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
                                        f"{data.shape}")
         n = int(data.shape[0])
     target = as_target(target)
-    for attr in ("embed", "release", "privacy", "norm"):
-        if not hasattr(mechanism, attr):
-            raise InvalidArgumentError(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
+    check_mechanism(mechanism)
     if estimate is not None and not isinstance(estimate, SensitivityEstimate):
         raise InvalidArgumentError("estimate must be a SensitivityEstimate (from estimate_sensitivity or load_estimate), "
                               f"got {type(estimate).__name__}")
     if estimate is None:
         if oracle is None:
             raise InvalidArgumentError("give either estimate= (a precomputed Δ̂) or oracle= and a plan to sample one")
-        sampler_options.setdefault("progress", False)
+        options = SamplerOptions.of(options, **keywords)
         estimate = estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=gamma, m=m, k=k,
-                                        seed=seed, **sampler_options)
-        fresh = sampler_options.get("store") is None  # with a store, the Δ̂ may be a stored one
-    elif any(v is not None for v in (oracle, gamma, m, k, seed)):
-        raise InvalidArgumentError("estimate= was given: do not also give oracle, gamma, m, k or seed")
+                                        options=options)
+        fresh = options.store is None  # with a store, the Δ̂ may be a stored one
+    elif any(v is not None for v in (oracle, gamma, m, k, options)) or keywords:
+        raise InvalidArgumentError("estimate= was given: do not also give oracle, gamma, m, k, options or sampler "
+                                   f"options{' (' + ', '.join(sorted(keywords)) + ')' if keywords else ''}")
     else:
         fresh = False
     check_estimate_fits(estimate, target, mechanism, n, reused=not fresh)

@@ -1,10 +1,13 @@
 """SensitivitySampler (Algorithm 1): the one orchestrator over an engine, a store and a reducer.
 
-:func:`estimate_sensitivity` validates the request, probes the target once, fixes the run identity,
-then streams blocks: those a store already holds are read from it, the rest are run by the engine
-(in process or on Ray) and written to the store as they finish; every block goes through one
-reducer, which reads off Δ̂ = G_(k). :func:`load_estimate` is the same reduction over a store alone.
-Nothing below this module calls back into it.
+Two steps. :func:`resolve_run` turns the question (target, oracle, n, mechanism, plan) and the
+:class:`~raydp.options.SamplerOptions` into a :class:`Run`: everything is checked, the target is
+probed once, the run identity (what fixes every G) is written down and the store is opened — before
+any pair is evaluated. :func:`execute` then streams blocks: those a store already holds are read
+from it, the rest are run by the backend (in process or on Ray) and written to the store as they
+finish; every block goes through one reducer, which reads off Δ̂ = G_(k).
+:func:`estimate_sensitivity` is the two in a row; :func:`load_estimate` is the same reduction over a
+store alone. Nothing below this module calls back into it.
 
 >>> import raydp
 >>> from raydp import oracles, targets
@@ -19,26 +22,27 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from .engine.backends import AutoBackend, as_backend
-from .engine.blocks import BlockLayout, PairJob, check_timeout, default_block_size, probe_output_dim
+from .engine.blocks import BlockLayout, PairJob, default_block_size, probe_output_dim
 from .engine.progress import Progress
+from .engine.protocol import Backend
 from .engine.reduce import Reducer
 from .errors import InvalidArgumentError, PlanError, StoreError
 from .estimate import SensitivityEstimate
 from .identity import RunIdentity, check_reusable, describe
+from .mechanisms.base import check_mechanism
+from .options import SamplerOptions
 from .plan import Plan, plan as make_plan
 from .store import Store
-from .validation import check_bool, check_int
+from .validation import check_int
 
 log = logging.getLogger("raydp.sampler")
 
-# Store options that may ride along with a store URI (``store="path", flush_rows=...``).
-STORE_OPTIONS = ("flush_rows", "flush_seconds")
-
-__all__ = ["estimate_sensitivity", "load_estimate", "SensitivityEstimate", "resolve_seed"]
+__all__ = ["estimate_sensitivity", "load_estimate", "resolve_run", "execute", "Run", "SensitivityEstimate",
+           "resolve_seed"]
 
 
 def _default_mechanism():
@@ -54,116 +58,94 @@ def resolve_seed(seed) -> int:
     return check_int(seed, "seed", min_value=0, expected="a non-negative integer or None")
 
 
-def _open_store(store, options: dict) -> Store | None:
-    """The store object for ``store`` (a URI or a :class:`Store`), with any store options given beside it."""
-    if store is None:
-        return None
-    if isinstance(store, Store):
-        if options:
-            raise InvalidArgumentError(f"option(s) {', '.join(sorted(options))} given next to a Store object; "
-                                       "set them on the object (Store(uri, ...)) instead")
-        return store
-    return Store(store, **options)
-
-
-def estimate_sensitivity(
-    target,
-    oracle,
-    n: int,
-    *,
-    mechanism=None,
-    gamma=None,
-    m=None,
-    k=None,
-    seed=None,
-    block_size=None,
-    backend="auto",
-    store=None,
-    resume: bool = False,
-    strict: bool = False,
-    keep_sample: bool = False,
-    progress: bool = True,
-    pair_timeout: float | None = None,
-    **options,
-) -> SensitivityEstimate:
+def estimate_sensitivity(target, oracle, n: int, *, mechanism=None, gamma=None, m=None, k=None,
+                         options: SamplerOptions | None = None, **keywords) -> SensitivityEstimate:
     """SensitivitySampler(n, f, m, k, P): Δ̂ = G_(k) over m neighbouring pairs drawn from ``oracle``.
 
     ``mechanism`` fixes the norm G is measured in (default: Laplace, ℓ1). The plan comes from any
-    admissible combination of ``gamma``, ``m``, ``k`` (see :func:`raydp.plan`). ``seed`` and
-    ``block_size`` fix every random draw (see :mod:`raydp.engine.blocks`); ``seed=None`` draws a
-    fresh seed and records it.
+    admissible combination of ``gamma``, ``m``, ``k`` (see :func:`raydp.plan`).
 
-    ``backend`` is a backend object (:class:`~raydp.engine.LocalBackend`, :class:`~raydp.engine.RayBackend`,
-    :class:`~raydp.engine.AutoBackend`) or a shortcut string, ``"local"``, ``"ray"`` or ``"auto"`` (the
-    default: in process for a small run, on Ray for a large one or when a cluster is at hand; see
-    :mod:`raydp.engine.backends`; ``estimate.backend`` says what was chosen and why). With a string,
-    ``options`` are that backend's fields (``backend="ray", address=..., task_timeout=...``). The
-    result is the same bit for bit whatever runs it.
-
-    ``store`` (a path, a URI or a :class:`~raydp.store.Store`) streams the whole G sample to a
-    resumable Parquet store (with a URI, ``flush_rows=``/``flush_seconds=`` are the store's options);
-    ``resume=True`` continues or extends the run it holds. ``keep_sample=True`` keeps all m G values
-    (needed to re-derive Δ̂ for a smaller γ). ``pair_timeout`` (seconds) turns a pair whose
-    evaluation overruns it into a counted failure (G = +∞); ``strict=True`` stops at the first
-    failing pair instead.
+    How the run is carried out — seed, block size, backend, store, resume, failures, progress, pair
+    timeout — is a :class:`~raydp.options.SamplerOptions` (``options=``), or the same fields as
+    keywords (``seed=1, backend="ray", address=..., store="s3://...", flush_rows=...``): see
+    :meth:`SamplerOptions.of <raydp.options.SamplerOptions.of>`. The result is the same bit for bit
+    whatever backend runs it.
     """
+    run = resolve_run(target, oracle, n, mechanism=mechanism, plan=make_plan(gamma=gamma, m=m, k=k),
+                      options=SamplerOptions.of(options, **keywords))
+    return execute(run)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A sampling run, resolved: what it computes (``job``, ``plan``, ``identity``) and where (``backend``,
+    ``store``), checked and probed, nothing evaluated yet. :func:`execute` carries it out."""
+
+    job: PairJob
+    plan: Plan
+    identity: RunIdentity
+    backend: Backend
+    store: Store | None
+    options: SamplerOptions
+
+    @property
+    def compact(self) -> int | None:
+        """Blocks that only feed Δ̂ are cut to their m − k + 1 largest G where they are computed; a
+        store or the full sample needs every value."""
+        return None if (self.options.keep_sample or self.store is not None) else self.plan.keep
+
+
+def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: SamplerOptions) -> Run:
+    """Check the question and the options, probe the target once, fix the run identity; run nothing."""
     from .oracles import as_oracle
     from .targets import as_target
 
     target = as_target(target)
     oracle = as_oracle(oracle)
     n = check_int(n, "n", min_value=1)
-    p = make_plan(gamma=gamma, m=m, k=k)
-    mechanism = _default_mechanism() if mechanism is None else mechanism
-    for attr in ("embed", "distance", "norm"):
-        if not hasattr(mechanism, attr):
-            raise InvalidArgumentError(f"mechanism must be a raydp mechanism (missing .{attr}), got {mechanism!r}")
-    seed = None if seed is None else resolve_seed(seed)
-    for flag, value in (("strict", strict), ("progress", progress), ("keep_sample", keep_sample), ("resume", resume)):
-        check_bool(value, flag)
-    store_options = {key: options.pop(key) for key in STORE_OPTIONS if key in options and store is not None}
-    st = _open_store(store, store_options)
-    if st is not None:  # a store is for resuming and reusing: its run must name what it computed
+    mechanism = check_mechanism(_default_mechanism() if mechanism is None else mechanism)
+    store = None if options.store is None else Store.open(options.store)
+    seed, block_size = options.seed, options.block_size
+    if store is not None:  # a store is for resuming and reusing: its run must name what it computed
         check_reusable(describe(target), "target", StoreError, "a stored run")
         check_reusable(describe(oracle), "oracle", StoreError, "a stored run")
-    if st is not None and resume and (seed is None or block_size is None):
-        stored_seed, stored_bs = st.stored()  # resuming/extending keeps the stored run's seed and blocks
-        seed = stored_seed if seed is None else seed
-        block_size = stored_bs if block_size is None else block_size
+        if options.resume and (seed is None or block_size is None):
+            stored_seed, stored_bs = store.stored()  # resuming/extending keeps the stored run's seed and blocks
+            seed = stored_seed if seed is None else seed
+            block_size = stored_bs if block_size is None else block_size
     if block_size is None:
-        bs = default_block_size(n, p.m, batched=callable(getattr(target, "batch", None)))
-    else:
-        bs = check_int(block_size, "block_size", min_value=1)
+        block_size = default_block_size(n, plan.m, batched=callable(getattr(target, "batch", None)))
     seed = resolve_seed(seed)
-    engine = as_backend(backend, options)
-    if st is None and resume:
-        raise InvalidArgumentError("resume=True needs a store")
-    if bs * (n + 1) > 2**63 - 1:  # records drawn per block: numpy's largest array
-        raise InvalidArgumentError(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, block_size={bs}")
-    pair_timeout = check_timeout("pair_timeout", pair_timeout)
-    out_dim = probe_output_dim(target, oracle, mechanism, n, seed, timeout=pair_timeout)
-    identity = RunIdentity(n=n, seed=seed, block_size=bs, mechanism=describe(mechanism), norm=str(mechanism.norm),
-                           target=describe(target), oracle=describe(oracle), output_dim=out_dim)
-    job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=p.m, seed=seed, block_size=bs,
-                  out_dim=out_dim, strict=bool(strict), pair_timeout=pair_timeout)
-    check_fits(p, job.layout, keep_sample=keep_sample)
+    if block_size * (n + 1) > 2**63 - 1:  # records drawn per block: numpy's largest array
+        raise InvalidArgumentError(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, "
+                                   f"block_size={block_size}")
+    out_dim = probe_output_dim(target, oracle, mechanism, n, seed, timeout=options.pair_timeout)
+    identity = RunIdentity(n=n, seed=seed, block_size=block_size, mechanism=describe(mechanism),
+                           norm=str(mechanism.norm), target=describe(target), oracle=describe(oracle),
+                           output_dim=out_dim)
+    job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=plan.m, seed=seed,
+                  block_size=block_size, out_dim=out_dim, strict=options.strict, pair_timeout=options.pair_timeout)
+    check_fits(plan, job.layout, keep_sample=options.keep_sample)
+    return Run(job=job, plan=plan, identity=identity, backend=options.backend, store=store, options=options)
+
+
+def execute(run: Run) -> SensitivityEstimate:
+    """Carry out a resolved run: stored blocks from the store, the rest on the backend, all through one reducer."""
     t0 = time.perf_counter()
-    reducer = Reducer(job.layout, p.keep, keep_sample=keep_sample)
+    job, plan, store = run.job, run.plan, run.store
+    reducer = Reducer(job.layout, plan.keep, keep_sample=run.options.keep_sample)
     sink = None
-    if st is not None:
-        st.begin(identity, p, resume=resume)
+    if store is not None:
+        store.begin(run.identity, plan, resume=run.options.resume)
         stored = 0
-        for result in st.blocks(job.layout):
+        for result in store.blocks(job.layout):
             reducer.add(result)
             stored += 1
-        sink = st.writer()
+        sink = store.writer()
+        if stored:
+            log.info("resuming %s: %d blocks stored, %d to run", store.display, stored, len(reducer.missing()))
     todo = reducer.missing()
-    if st is not None and stored:
-        log.info("resuming %s: %d blocks stored, %d to run", st.display, stored, len(todo))
-    # Blocks that only feed Δ̂ are cut to their m − k + 1 largest G where they are computed; a store
-    # or the full sample needs every value.
-    compact = None if (keep_sample or st is not None) else p.keep
-    bar = Progress(total=job.layout.pairs_in(todo), enabled=progress,
+    bar = Progress(total=job.layout.pairs_in(todo), enabled=run.options.progress,
                    status=lambda: (reducer.failures, reducer.bound()))
 
     def consume(result):
@@ -173,11 +155,9 @@ def estimate_sensitivity(
         bar.update(result.pairs)
 
     try:
-        if isinstance(engine, AutoBackend):  # may run the first block(s) here to time them
-            engine, todo, chosen = engine.choose(job, todo, compact=compact, consume=consume)
-        else:
-            chosen = engine.name
-        for result in engine.run(job, todo, compact=compact):
+        # AutoBackend may run the first block(s) here to time them; any backend says what runs the rest.
+        engine, todo, chosen = run.backend.choose(job, todo, compact=run.compact, consume=consume)
+        for result in engine.run(job, todo, compact=run.compact):
             consume(result)
         if sink is not None:
             sink.flush()
@@ -187,11 +167,11 @@ def estimate_sensitivity(
     bar.close()
     reducer.finish()
     sensitivity = reducer.order_statistic()
-    if st is not None:
-        st.finish(identity, p, {"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf",
-                                "failures": reducer.failures, "failure_kinds": reducer.failure_kinds,
-                                "plan": p.to_dict()})
-    return _estimate(identity, p, reducer, sensitivity, seconds=time.perf_counter() - t0, backend=chosen)
+    if store is not None:
+        store.finish(run.identity, plan, {"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf",
+                                          "failures": reducer.failures, "failure_kinds": reducer.failure_kinds,
+                                          "plan": plan.to_dict()})
+    return _estimate(run.identity, plan, reducer, sensitivity, seconds=time.perf_counter() - t0, backend=chosen)
 
 
 def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
@@ -239,4 +219,3 @@ def load_estimate(store, *, gamma: float | None = None) -> SensitivityEstimate:
     reducer.finish()
     est = _estimate(identity, p, reducer, reducer.order_statistic(), seconds=0.0)
     return est.for_gamma(gamma) if gamma is not None else est
-

@@ -161,6 +161,10 @@ class ShardWriter:
         self._buf, self._rows, self._last = [], 0, time.monotonic()
 
 
+# The fields of Store that may ride along with a store URI (``store="path", flush_rows=...``).
+STORE_OPTIONS = ("flush_rows", "flush_seconds", "create_wait")
+
+
 @dataclass
 class Store:
     """A Δ store at ``uri``, with its writing options.

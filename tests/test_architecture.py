@@ -27,6 +27,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("raydp.mechanisms", "raydp.targets", "raydp.oracles"),
     ("raydp.engine",),
     ("raydp.store", "raydp.estimate", "raydp.ledger"),
+    ("raydp.options",),
     ("raydp.sampler",),
     ("raydp.release",),
     ("raydp.plots", "raydp.testing", "raydp.baselines", "raydp.local_cluster", "raydp.sklearn"),

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import raydp
-from raydp import oracles, targets
+from raydp import SamplerOptions, oracles, targets
 from raydp.errors import EstimateMismatchError, StoreError
 from raydp.fingerprint import content_digest
 from raydp.identity import describe
@@ -82,8 +82,7 @@ def test_private_estimator_refuses_an_estimate_made_for_another_transform():
 
     def model(func, inverse, estimate=None):
         est = TransformedTargetRegressor(Ridge(), func=func, inverse_func=inverse, check_inverse=False)
-        return PrivateEstimator(est, oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.25, m=60, seed=0,
-                                estimate=estimate, backend="local")
+        return PrivateEstimator(est, oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.25, m=60, estimate=estimate, options=SamplerOptions(seed=0, backend="local"))
 
     first = model(lambda y: y, lambda y: y).fit(private[:, :2], private[:, 2])
     with pytest.raises(EstimateMismatchError, match=r"estimator\.func\.content"):

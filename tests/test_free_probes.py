@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raydp
-from raydp import oracles, targets
+from raydp import SamplerOptions, oracles, targets
 from raydp.cli import main
 from raydp.errors import BudgetError, InvalidArgumentError, TargetError
 from raydp.ledger import Ledger
@@ -138,8 +138,7 @@ def _model(public, ledger):
 
     from raydp.sklearn import PrivateEstimator
 
-    return PrivateEstimator(LogisticRegression(), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, m=40,
-                            seed=0, ledger=ledger, backend="local")
+    return PrivateEstimator(LogisticRegression(), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, m=40, ledger=ledger, options=SamplerOptions(seed=0, backend="local"))
 
 
 def _frames(private):

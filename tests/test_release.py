@@ -93,11 +93,16 @@ def test_progress_lines_in_a_log_and_a_bar_on_a_terminal():
                      lines[0]), lines[0]
     assert re.search(r"raydp: 1,000/1,000 pairs \(100\.0%\).* 3 failed, Δ̂ = 0\.25$", lines[1]), lines[1]
     slow = io.StringIO()  # the default interval is 30 s: nothing before it but the final line
-    bar = Progress(total=10, stream=slow)
+    bar = Progress(total=10, stream=slow, delay=0)
     bar.update(5)
     assert slow.getvalue() == ""
     bar.close()
     assert slow.getvalue().count("\n") == 1
+    short = io.StringIO()  # a run shorter than the default delay (2 s) shows nothing at all
+    bar = Progress(total=10, stream=short)
+    bar.update(10)
+    bar.close()
+    assert short.getvalue() == ""
     off = io.StringIO()
     Progress(total=10, stream=off, enabled=False, interval=0).update(5)
     assert off.getvalue() == ""
@@ -107,7 +112,7 @@ def test_progress_lines_in_a_log_and_a_bar_on_a_terminal():
             return True
 
     tty = Terminal()
-    bar = Progress(total=100, stream=tty, status=lambda: (0, None))
+    bar = Progress(total=100, stream=tty, status=lambda: (0, None), delay=0)
     bar.update(100)
     bar.close()
     assert "100/100" in tty.getvalue() and "\r" in tty.getvalue()  # tqdm's live bar

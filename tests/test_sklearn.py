@@ -28,9 +28,10 @@ from sklearn.tree import DecisionTreeClassifier
 
 import raydp
 from job_util import run_job
-from raydp import oracles
+from raydp import SamplerOptions, oracles
 from raydp.errors import BudgetError, EstimateMismatchError, InvalidArgumentError, OracleError, StoreError
-from raydp.sklearn import _PUBLIC_SEED, EstimatorTarget, PrivateEstimator, fitted_float_params
+from raydp.sklearn import EstimatorTarget, PrivateEstimator, fitted_float_params
+from raydp.sklearn.estimator import _PUBLIC_SEED
 
 FAST = dict(gamma=0.3)  # m = k = 24 pairs
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -89,7 +90,7 @@ def local_fits(request):
     out = {}
     for name, (make, data) in MODELS.items():
         public, X, y = request.getfixturevalue(data)
-        pe = PrivateEstimator(make(), oracle=oracles.bootstrap(public), epsilon=1.0, seed=3, **FAST)
+        pe = PrivateEstimator(make(), oracle=oracles.bootstrap(public), epsilon=1.0, **FAST, options=SamplerOptions(seed=3))
         out[name] = pe.fit(X, y)
     return out
 
@@ -130,7 +131,7 @@ def test_every_linear_model_is_private_in_one_line(name, local_fits, request):
 def test_every_linear_model_on_ray_gives_the_same_sensitivity(ray_session, local_fits, request):
     for name, (make, data) in MODELS.items():
         public, X, y = request.getfixturevalue(data)
-        pe = PrivateEstimator(make(), oracle=oracles.bootstrap(public), epsilon=1.0, seed=3, backend="ray", **FAST)
+        pe = PrivateEstimator(make(), oracle=oracles.bootstrap(public), epsilon=1.0, **FAST, options=SamplerOptions(seed=3, backend="ray"))
         pe.fit(X, y)
         assert pe.estimate_.sensitivity == local_fits[name].estimate_.sensitivity, name  # bit for bit
         assert pe.estimate_.identity == local_fits[name].estimate_.identity
@@ -142,7 +143,7 @@ def test_large_epsilon_recovers_the_non_private_model(cancer):
     exp(-1000) per coordinate, so the assertions below fail with probability < 31·e^-1000."""
     public, X, y = cancer
     Xtr, ytr, Xte, yte = X[:200], y[:200], X[200:], y[200:]
-    pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracles.bootstrap(public), epsilon=1e6, seed=0, **FAST)
+    pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracles.bootstrap(public), epsilon=1e6, **FAST, options=SamplerOptions(seed=0))
     pe.fit(Xtr, ytr)
     assert pe.estimate_.sensitivity < 1.0
     plain = LogisticRegression(C=0.5).fit(Xtr, ytr)
@@ -154,7 +155,7 @@ def test_one_line_from_a_pipeline_and_nothing_private_left_in_the_model(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
     pipe = make_pipeline(StandardScaler(), LogisticRegression(C=0.5))
-    pe = PrivateEstimator(pipe, oracle=oracle, epsilon=2.0, delta=1e-5, seed=1, **FAST).fit(X, y)   # the one line
+    pe = PrivateEstimator(pipe, oracle=oracle, epsilon=2.0, delta=1e-5, **FAST, options=SamplerOptions(seed=1)).fit(X, y)   # the one line
     assert pe.released_params_ == ["logisticregression.coef_", "logisticregression.intercept_",
                                    "standardscaler.mean_", "standardscaler.scale_"]
     assert pe.estimate_.norm == "l2" and pe.release_.mechanism == {
@@ -182,9 +183,9 @@ def test_one_line_from_a_pipeline_and_nothing_private_left_in_the_model(cancer):
 
 def test_clone_get_set_params_and_pickle(cancer, tmp_path):
     public, X, y = cancer
-    pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracles.bootstrap(public), epsilon=1.0, seed=2, **FAST)
+    pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracles.bootstrap(public), epsilon=1.0, **FAST, options=SamplerOptions(seed=2))
     params = pe.get_params()
-    assert params["estimator__C"] == 0.5 and params["epsilon"] == 1.0 and params["backend"] == "auto"
+    assert params["estimator__C"] == 0.5 and params["epsilon"] == 1.0 and params["options"].seed == 2
     twin = clone(pe)
     assert twin is not pe and twin.get_params()["estimator__C"] == 0.5
     assert not hasattr(twin, "estimate_")
@@ -222,7 +223,7 @@ def test_sklearn_estimator_checks(check):
 
     rng = np.random.default_rng(0)
     public = np.column_stack([rng.normal(size=(300, 2)), rng.integers(0, 2, 300)])
-    pe = PrivateEstimator(LogisticRegression(), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, seed=0)
+    pe = PrivateEstimator(LogisticRegression(), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, options=SamplerOptions(seed=0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         getattr(estimator_checks, check)("PrivateEstimator", pe)
@@ -230,7 +231,7 @@ def test_sklearn_estimator_checks(check):
 
 def test_predictions_check_their_input(cancer):
     public, X, y = cancer
-    pe = PrivateEstimator(Ridge(), oracle=oracles.bootstrap(public), epsilon=1.0, seed=0, **FAST).fit(X, y)
+    pe = PrivateEstimator(Ridge(), oracle=oracles.bootstrap(public), epsilon=1.0, **FAST, options=SamplerOptions(seed=0)).fit(X, y)
     assert pe.n_features_in_ == X.shape[1] and not hasattr(pe, "feature_names_in_")
     with pytest.raises(InvalidArgumentError, match="X has 29 features, the model was fitted with 30"):
         pe.predict(X[:, 1:])
@@ -247,7 +248,7 @@ def test_feature_names_of_a_dataframe(cancer):
     pd = pytest.importorskip("pandas")
     public, X, y = cancer
     cols = [f"f{i}" for i in range(X.shape[1])]
-    pe = PrivateEstimator(Ridge(), oracle=oracles.bootstrap(public), epsilon=1.0, seed=0, **FAST)
+    pe = PrivateEstimator(Ridge(), oracle=oracles.bootstrap(public), epsilon=1.0, **FAST, options=SamplerOptions(seed=0))
     pe.fit(pd.DataFrame(X, columns=cols), y)
     assert list(pe.feature_names_in_) == cols
     np.testing.assert_array_equal(pe.predict(pd.DataFrame(X, columns=cols)), pe.predict(X))
@@ -262,26 +263,26 @@ def test_store_reuses_a_stored_sensitivity_and_refuses_other_parameters(cancer, 
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
     store = tmp_path / "delta"
-    first = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, store=str(store), **FAST).fit(X, y)
+    first = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, **FAST, options=SamplerOptions(store=str(store))).fit(X, y)
     shards = {p.name: p.stat().st_mtime_ns for p in store.rglob("*.parquet")}
     assert shards and (store / "meta.json").is_file()
     # seed=None again: the stored run's seed is reused, no pair is evaluated again
-    again = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.5, store=str(store), **FAST).fit(X, y)
+    again = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.5, **FAST, options=SamplerOptions(store=str(store))).fit(X, y)
     assert again.estimate_.seed == first.estimate_.seed
     assert again.estimate_.sensitivity == first.estimate_.sensitivity
     assert {p.name: p.stat().st_mtime_ns for p in store.rglob("*.parquet")} == shards
     # the same store for other estimator parameters, or another n, is refused
     with pytest.raises(StoreError, match="target"):
-        PrivateEstimator(LogisticRegression(C=0.25), oracle=oracle, epsilon=1.0, store=str(store), **FAST).fit(X, y)
+        PrivateEstimator(LogisticRegression(C=0.25), oracle=oracle, epsilon=1.0, **FAST, options=SamplerOptions(store=str(store))).fit(X, y)
     with pytest.raises(StoreError, match="n: stored 285"):
-        PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, store=str(store), **FAST).fit(X[:200],
+        PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, **FAST, options=SamplerOptions(store=str(store))).fit(X[:200],
                                                                                                               y[:200])
 
 
 def test_estimate_is_reused_in_memory_and_checked(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
-    first = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, seed=5, **FAST).fit(X, y)
+    first = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, **FAST, options=SamplerOptions(seed=5)).fit(X, y)
     reuse = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=3.0, estimate=first.estimate_, **FAST)
     assert reuse.fit(X, y).estimate_ is first.estimate_ and reuse.release_.epsilon == 3.0
     with pytest.raises(EstimateMismatchError, match="target"):   # other estimator parameters
@@ -306,8 +307,7 @@ def test_ledger_is_charged_and_refuses_when_spent(cancer, tmp_path):
     path = tmp_path / "ledger.json"
     ledger = raydp.Ledger.create(str(path), epsilon_total=1.0)
     oracle = oracles.bootstrap(public)
-    pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.6, seed=1, ledger=ledger,
-                          ledger_label="q1", **FAST).fit(X, y)
+    pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.6, ledger=ledger, ledger_label="q1", **FAST, options=SamplerOptions(seed=1)).fit(X, y)
     assert ledger.spent() == (0.6, 0.0)
     assert pe.release_.ledger["composed"]["epsilon"] == 0.6 and pe.release_.ledger["composed"]["gamma"] == 0.3
     entry = ledger.entries()[0]
@@ -326,7 +326,7 @@ def test_with_a_ledger_value_checks_are_charged_not_free_probes(cancer, tmp_path
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
     ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=2.0)
-    est = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.5, seed=1, **FAST).fit(X, y).estimate_
+    est = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=0.5, **FAST, options=SamplerOptions(seed=1)).fit(X, y).estimate_
     nan = X.copy()
     nan[0, 0] = np.nan
     messages = set()
@@ -342,7 +342,7 @@ def test_with_a_ledger_value_checks_are_charged_not_free_probes(cancer, tmp_path
 def test_mechanism_choice(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
-    make = lambda **kw: PrivateEstimator(Ridge(), oracle=oracle, seed=0, **FAST, **kw)  # noqa: E731
+    make = lambda **kw: PrivateEstimator(Ridge(), oracle=oracle, **FAST, **kw, options=SamplerOptions(seed=0))  # noqa: E731
     assert make(epsilon=2.0).fit(X, y).release_.mechanism["name"] == "laplace"
     assert make(epsilon=2.0, delta=1e-5).fit(X, y).estimate_.norm == "l2"   # analytic: ε ≥ 1 is fine
     own = make(epsilon=0.5, delta=1e-5, mechanism=raydp.Gaussian(0.5, 1e-5, calibration="classic")).fit(X, y)
@@ -365,7 +365,7 @@ def test_bad_input_names_what_to_fix(cancer):
     oracle = oracles.bootstrap(public)
 
     def fit(estimator, X=X, y=y, oracle=oracle, **kw):
-        return PrivateEstimator(estimator, oracle=oracle, epsilon=1.0, seed=0, **FAST, **kw).fit(X, y)
+        return PrivateEstimator(estimator, oracle=oracle, epsilon=1.0, **FAST, **kw, options=SamplerOptions(seed=0)).fit(X, y)
 
     with pytest.raises(InvalidArgumentError, match="estimator must be a scikit-learn estimator with a fit"):
         fit(object())
@@ -429,12 +429,13 @@ def test_smaller_refusals_are_one_line_and_auto_is_the_default(cancer):
 
     with pytest.raises(InvalidArgumentError, match="params: the callable raised KeyError on the model fitted on "
                                                    "public records: 'no such step'"):
-        PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, params=broken, **FAST).fit(X, y)
+        PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, params=broken, **FAST, options=SamplerOptions(seed=0)).fit(X, y)
     with pytest.raises(InvalidArgumentError, match="fit\(\) does not take sample_weight: .*carry no weights"):
-        PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, **FAST).fit(
+        PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, **FAST, options=SamplerOptions(seed=0)).fit(
             X, y, sample_weight=np.ones(len(y)))
-    pe = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, **FAST)
-    assert pe.backend == "auto" == PrivateEstimator.__init__.__kwdefaults__["backend"]
+    pe = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, **FAST)
+    assert pe.options is None and PrivateEstimator.__init__.__kwdefaults__["options"] is None
+    assert pe._options().backend.name == "auto"  # None: the default options, the same as everywhere
     chosen = pe.fit(X, y).estimate_.backend  # auto's reason ("local" alone would mean it was not asked)
     assert chosen.startswith("local (auto:") or chosen == "ray (Ray is already initialised in this process)", chosen
 
@@ -442,12 +443,11 @@ def test_smaller_refusals_are_one_line_and_auto_is_the_default(cancer):
 def test_params_override_and_failing_pairs(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
-    pe = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, params=["coef_"], **FAST)
+    pe = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, params=["coef_"], **FAST, options=SamplerOptions(seed=0))
     pe.fit(X, y)
     assert pe.released_params_ == ["coef_"] and pe.estimate_.output_dim == X.shape[1]
     assert pe.estimator_.intercept_ is not None   # the public skeleton's intercept
-    by_callable = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, seed=0, **FAST,
-                                   params=lambda model: ["intercept_"]).fit(X, y)
+    by_callable = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, **FAST, params=lambda model: ["intercept_"], options=SamplerOptions(seed=0)).fit(X, y)
     assert by_callable.released_params_ == ["intercept_"]
     # a fit that fails on a pair (here: databases of one class only) is a counted failure, G = +∞
     mixed = np.vstack([public[public[:, -1] == 1][:45], public[public[:, -1] == 0][:5]])   # 10% of class 0
@@ -468,7 +468,7 @@ def test_kmeans_centres_and_pca_axes_are_canonicalised():
     public = centres[rng.integers(0, 3, 600)] + 0.3 * rng.standard_normal((600, 2))
     oracle = oracles.bootstrap(public)
     X = centres[rng.integers(0, 3, 150)] + 0.3 * rng.standard_normal((150, 2))
-    km = PrivateEstimator(KMeans(3, n_init=1), oracle=oracle, epsilon=10.0, seed=0, **FAST).fit(X)
+    km = PrivateEstimator(KMeans(3, n_init=1), oracle=oracle, epsilon=10.0, **FAST, options=SamplerOptions(seed=0)).fit(X)
     assert km.released_params_ == ["cluster_centers_"] and km.target_.kinds == {"cluster_centers_": "match-rows"}
     raw = EstimatorTarget(km.target_.estimator, n_features=2, supervised=False, integer_labels=False,
                           params=["cluster_centers_"], shapes=[(3, 2)])   # the same fit, not aligned
@@ -480,7 +480,7 @@ def test_kmeans_centres_and_pca_axes_are_canonicalised():
     # rule (largest |entry| positive) picks the sign by a coin flip of the sampling noise
     rotate = np.array([[1.0, 1.0, 0.0], [1.0, -1.0, 0.0], [0.0, 0.0, math.sqrt(2)]]) / math.sqrt(2)
     ellipse = (rng.standard_normal((600, 3)) * np.array([3.0, 1.0, 0.2])) @ rotate
-    pca = PrivateEstimator(PCA(2), oracle=oracles.bootstrap(ellipse), epsilon=10.0, seed=0, **FAST).fit(ellipse[:100])
+    pca = PrivateEstimator(PCA(2), oracle=oracles.bootstrap(ellipse), epsilon=10.0, **FAST, options=SamplerOptions(seed=0)).fit(ellipse[:100])
     assert pca.target_.kinds == {"components_": "match-signs"} and "components_" in pca.released_params_
     raw = EstimatorTarget(pca.target_.estimator, n_features=3, supervised=False, integer_labels=False,
                           params=pca.released_params_, shapes=pca.target_.shapes)
@@ -510,8 +510,7 @@ def test_sampled_sensitivity_is_below_chaudhuri_bound(lam):
     Z /= np.linalg.norm(Z, axis=1, keepdims=True) * (1 + 1e-12)   # every row: ‖x‖ < 1
     n = 200
     model = LogisticRegression(C=1 / (n * lam), fit_intercept=False, tol=1e-10, max_iter=10_000)
-    pe = PrivateEstimator(model, oracle=oracles.bootstrap(np.column_stack([Z[:half], y[:half]])), epsilon=1.0,
-                          delta=1e-5, gamma=0.2, seed=1)
+    pe = PrivateEstimator(model, oracle=oracles.bootstrap(np.column_stack([Z[:half], y[:half]])), epsilon=1.0, delta=1e-5, gamma=0.2, options=SamplerOptions(seed=1))
     pe.fit(Z[half:half + n], y[half:half + n])
     est = pe.estimate_
     bound = 2 / (n * lam)

@@ -9,6 +9,8 @@ orchestrates them; nothing here calls back up.
 from .backends import BACKENDS, AutoBackend, as_backend
 from .blocks import BlockLayout, BlockResult, PairJob
 from .local import LocalBackend
+from .protocol import Backend
 from .ray import RayBackend
 
-__all__ = ["BACKENDS", "AutoBackend", "as_backend", "BlockLayout", "BlockResult", "PairJob", "LocalBackend", "RayBackend"]
+__all__ = ["BACKENDS", "AutoBackend", "Backend", "as_backend", "BlockLayout", "BlockResult", "PairJob",
+           "LocalBackend", "RayBackend"]

@@ -1,8 +1,9 @@
 """Choosing a backend: an object (:class:`LocalBackend`, :class:`RayBackend`, :class:`AutoBackend`) or a
 string shortcut.
 
-Every backend has one interface, ``run(job, blocks, *, compact=None) -> iterator of BlockResult``,
-and a ``name``. The strings are shortcuts: ``"local"`` is ``LocalBackend()``, ``"ray"`` is
+Every backend is a :class:`~raydp.engine.protocol.Backend`: a ``name``, ``choose`` (called once before
+the run: which backend runs which blocks) and ``run(job, blocks, *, compact=None) -> iterator of
+BlockResult``. The sampler calls the two the same way whatever the backend. The strings are shortcuts: ``"local"`` is ``LocalBackend()``, ``"ray"`` is
 ``RayBackend()``, ``"auto"`` is ``AutoBackend()``. Options given next to a string are the fields of
 the backend it names (``backend="ray", address=...`` is ``RayBackend(address=...)``; with ``"auto"``
 they are the Ray backend's, used if it goes to Ray); anything else is refused with the list of what
@@ -37,6 +38,7 @@ from typing import Callable, Sequence
 from ..errors import InvalidArgumentError
 from ..validation import check_real
 from .local import LocalBackend
+from .protocol import Backend
 from .ray import RayBackend
 
 BACKENDS = ("local", "ray", "auto")
@@ -51,7 +53,7 @@ def default_local_seconds(cores: int | None = None) -> float:
 
 
 @dataclass(frozen=True)
-class AutoBackend:
+class AutoBackend(Backend):
     """In process when the run is small, on Ray when it is large or a cluster is at hand (module docstring)."""
 
     ray: RayBackend = field(default_factory=RayBackend)
@@ -78,8 +80,15 @@ class AutoBackend:
             return "task_timeout needs Ray"
         return None
 
+    def run(self, job, blocks: Sequence[int], *, compact: int | None = None):
+        """Choose, then run: the timed blocks first, then the rest on the chosen backend."""
+        timed: list = []
+        backend, left, _ = self.choose(job, blocks, compact=compact, consume=timed.append)
+        yield from timed
+        yield from backend.run(job, left, compact=compact)
+
     def choose(self, job, blocks: Sequence[int], *, compact: int | None,
-               consume: Callable) -> tuple[object, list[int], str]:
+               consume: Callable) -> tuple[Backend, list[int], str]:
         """``(backend, blocks left, why)``. May run up to two blocks in process (handed to ``consume``)."""
         blocks = list(blocks)
         if not blocks:
@@ -107,17 +116,27 @@ def option_names(backend) -> list[str]:
     return [f.name for f in fields(cls)]
 
 
-def as_backend(backend, options: dict | None = None):
+def backend_option_names() -> list[str]:
+    """Every field a backend shortcut string may carry (the local and the Ray backend's)."""
+    return sorted(set(option_names(LocalBackend)) | set(option_names(RayBackend)))
+
+
+def _is_backend(obj) -> bool:
+    return isinstance(obj, Backend) or (callable(getattr(obj, "run", None)) and callable(getattr(obj, "choose", None)))
+
+
+def as_backend(backend, options: dict | None = None) -> Backend:
     """The backend object for ``backend`` (an object, or one of :data:`BACKENDS` plus its ``options``)."""
     options = dict(options or {})
-    if isinstance(backend, (LocalBackend, RayBackend, AutoBackend)):
+    if _is_backend(backend):
         if options:
             raise InvalidArgumentError(f"option(s) {', '.join(sorted(options))} given next to a backend object; "
                                        f"set them on the object ({type(backend).__name__}(...)) instead")
         return backend
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise InvalidArgumentError(f"backend must be one of {', '.join(BACKENDS)} or a backend object "
-                                   f"(LocalBackend(), RayBackend(...), AutoBackend()); got {backend!r}")
+                                   f"(LocalBackend(), RayBackend(...), AutoBackend(), or a raydp.engine.Backend); "
+                                   f"got {backend!r}")
     cls = LocalBackend if backend == "local" else RayBackend
     if cls is LocalBackend and "task_timeout" in options:
         raise InvalidArgumentError("task_timeout needs the Ray backend (it kills the worker running the task); "

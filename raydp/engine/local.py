@@ -13,6 +13,7 @@ import numpy as np
 
 from ..validation import check_int
 from .blocks import BlockResult, PairJob
+from .protocol import Backend
 
 
 def groups_of(blocks: Sequence[int], group_size: int) -> list[list[int]]:
@@ -21,7 +22,7 @@ def groups_of(blocks: Sequence[int], group_size: int) -> list[list[int]]:
 
 
 @dataclass(frozen=True)
-class LocalBackend:
+class LocalBackend(Backend):
     """Run every block in this process, ``group_size`` blocks per call.
 
     ``shuffle_seed`` runs the groups in a shuffled order; it exists to show (and test) that the

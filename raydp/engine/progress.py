@@ -7,7 +7,9 @@
 
       raydp: 1,234,567/5,486,187 pairs (22.5%), 41,203 pairs/s, ETA 1:43, 0 failed, Δ̂ ≥ 0.00412 so far
 
-``enabled=False`` (``progress=False``, ``--quiet``) shows nothing.
+A run shorter than ``delay`` seconds (default 2; ``RAYDP_PROGRESS_DELAY`` sets it) shows nothing at
+all, so that progress can be on by default everywhere — the library, a release, a scikit-learn fit —
+and only long runs say so. ``enabled=False`` (``progress=False``, ``--quiet``) shows nothing.
 
 "Δ̂ ≥ x so far": Δ̂ = G_(k) is the (m − k + 1)-th largest of all m values; among the values seen so
 far that order statistic can only grow as more values arrive, so it is a lower bound on the final Δ̂.
@@ -22,14 +24,19 @@ import time
 from typing import Callable
 
 DEFAULT_INTERVAL = 30.0
+DEFAULT_DELAY = 2.0
+
+
+def _seconds(variable: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(variable, default))
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value >= 0 else default
 
 
 def _interval() -> float:
-    try:
-        value = float(os.environ.get("RAYDP_PROGRESS_INTERVAL", DEFAULT_INTERVAL))
-    except ValueError:
-        return DEFAULT_INTERVAL
-    return value if math.isfinite(value) and value >= 0 else DEFAULT_INTERVAL
+    return _seconds("RAYDP_PROGRESS_INTERVAL", DEFAULT_INTERVAL)
 
 
 def _in_notebook() -> bool:
@@ -54,12 +61,15 @@ class Progress:
     """
 
     def __init__(self, total: int, enabled: bool = True, *, stream=None, live: bool | None = None,
-                 interval: float | None = None, status: Callable[[], tuple[int, float | None]] | None = None):
+                 interval: float | None = None, delay: float | None = None,
+                 status: Callable[[], tuple[int, float | None]] | None = None):
         self.total = int(total)
         self.done = 0
         self.enabled = bool(enabled) and self.total > 0
         self.stream = sys.stderr if stream is None else stream
         self.interval = _interval() if interval is None else float(interval)
+        self.delay = _seconds("RAYDP_PROGRESS_DELAY", DEFAULT_DELAY) if delay is None else float(delay)
+        self._wrote = False
         self.status = status or (lambda: (0, None))
         self.t0 = time.monotonic()
         self._last_line = self.t0
@@ -73,7 +83,7 @@ class Progress:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=self.total, unit="pair", unit_scale=True, file=self.stream, leave=True,
-                             dynamic_ncols=True, desc="raydp")
+                             dynamic_ncols=True, desc="raydp", delay=self.delay)
 
     def update(self, pairs: int) -> None:
         self.done += int(pairs)
@@ -106,6 +116,7 @@ class Progress:
                 f"ETA {_eta(left)}, {self._extra()}")
 
     def _write(self, now: float) -> None:
+        self._wrote = True
         print(self.line(now), file=self.stream, flush=True)
 
     def close(self, ok: bool = True) -> None:
@@ -116,6 +127,6 @@ class Progress:
             if ok:
                 self._bar.set_postfix_str(self._extra(), refresh=False)
             self._bar.close()
-        elif ok:
+        elif ok and (self._wrote or time.monotonic() - self.t0 >= self.delay):
             self._write(time.monotonic())
         self.enabled = False

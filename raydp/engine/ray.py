@@ -34,6 +34,7 @@ from ..errors import EngineError, InvalidArgumentError, TargetError
 from ..validation import check_int, check_real
 from .blocks import BlockResult, PairJob, check_timeout
 from .local import groups_of
+from .protocol import Backend
 from .loopback import LOOPBACK_HOST, loopback_only
 
 _remote_cache: dict = {}
@@ -168,7 +169,7 @@ def largest_node_cpus() -> float:
 
 
 @dataclass(frozen=True)
-class RayBackend:
+class RayBackend(Backend):
     """Run blocks as Ray tasks on a cluster (``address`` or ``RAY_ADDRESS``) or on an embedded local Ray.
 
     - ``address``: a running cluster; default ``RAY_ADDRESS`` (set inside ``ray job submit``), else

@@ -29,7 +29,7 @@ Balle–Wang calibration), :mod:`~raydp.mechanisms.exponential` and :mod:`~raydp
 (2, 2)
 """
 
-from .base import Mechanism
+from .base import Mechanism, check_mechanism
 from .bernstein import Bernstein, BernsteinRelease, bernstein_approximation
 from .exponential import Exponential
 from .gaussian import Gaussian, analytic_gaussian_sigma
@@ -37,6 +37,7 @@ from .laplace import Laplace
 
 __all__ = [
     "Mechanism",
+    "check_mechanism",
     "Laplace",
     "Gaussian",
     "Exponential",

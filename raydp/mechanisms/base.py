@@ -24,7 +24,27 @@ from raydp.errors import InvalidArgumentError, MechanismError, TargetError
 from raydp import validation
 from raydp.validation import check_int
 
-__all__ = ["Mechanism", "check_epsilon", "check_delta", "check_sensitivity", "resolve_claim"]
+__all__ = ["Mechanism", "check_epsilon", "check_delta", "check_sensitivity", "resolve_claim", "check_mechanism",
+           "PROTOCOL"]
+
+# What every layer asks of a mechanism: the sampler measures G with embed/distance in its norm, a
+# release calls privacy and release. One list, checked once wherever a mechanism comes in.
+PROTOCOL = ("name", "norm", "embed", "distance", "privacy", "release")
+
+
+def check_mechanism(mechanism, *, coordinatewise: bool = False, error: type[Exception] = InvalidArgumentError):
+    """``mechanism`` if it is a raydp mechanism (:data:`PROTOCOL`), else ``error`` naming what is missing.
+
+    ``coordinatewise``: it must also add noise to every coordinate of a vector (Laplace, Gaussian), as
+    a released parameter vector needs.
+    """
+    missing = [attr for attr in PROTOCOL if not hasattr(mechanism, attr)]
+    if missing:
+        raise error(f"mechanism must be a raydp mechanism (missing .{', .'.join(missing)}), got {mechanism!r}")
+    if coordinatewise and not getattr(mechanism, "coordinatewise_noise", False):
+        raise error(f"mechanism must add noise to every coordinate of a vector (Laplace, Gaussian); "
+                    f"{type(mechanism).__name__} releases something else")
+    return mechanism
 
 
 # ---------------------------------------------------------------------------------------------------

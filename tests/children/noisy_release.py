@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 
 import raydp
-from raydp import oracles
+from raydp import SamplerOptions, oracles
 
 MARKER = "PRIVATE-73519.86420753"
 N = 50
@@ -92,8 +92,7 @@ def sklearn() -> None:
 
     public, private = rows(300), rows(120)
     for est in (LinearSVC(verbose=1, max_iter=200), LogisticRegression(solver="liblinear", verbose=1)):
-        model = PrivateEstimator(est, oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, m=40, seed=0,
-                                 backend="local").fit(private[:, :2], private[:, 2])
+        model = PrivateEstimator(est, oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, m=40, options=SamplerOptions(seed=0, backend="local")).fit(private[:, :2], private[:, 2])
         sys.stdout.flush()
         ctypes.CDLL(None).fflush(None)
         # The private evaluation PrivateEstimator.fit made, once more, between two fences.

@@ -1,0 +1,403 @@
+"""The meta-estimator :class:`PrivateEstimator`: ``fit`` samples Δ̂, fits once and releases the parameters."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
+
+from ..errors import EstimateMismatchError, InvalidArgumentError, OracleError, TargetError
+from ..estimate import SensitivityEstimate
+from ..identity import check_reusable, describe, difference
+from ..mechanisms import Gaussian, Laplace
+from ..mechanisms.base import check_mechanism
+from ..options import SamplerOptions
+from ..oracles import as_oracle, check_records
+from ..plan import plan as make_plan
+from ..release import sample_then_respond
+from ..sampler import estimate_sensitivity
+from ..store import Store
+from ..validation import check_delta, check_epsilon
+from .canonical import canonical_kinds
+from .inputs import as_labels, as_matrix, is_classifier, is_supervised, numeric, prepare
+from .params import REFUSED, estimators, fitted_float_params, prediction_params, resolve, assign
+from .target import EstimatorTarget
+
+__all__ = ["PrivateEstimator"]
+
+# The public sample the skeleton is fitted on: a fixed stream, so the skeleton (and the references the
+# canonicalisation aligns to) are a function of (estimator, oracle, n) alone, in every process.
+_PUBLIC_SEED = 0x5EED_5C1E
+
+
+def _estimator_has(attr: str):
+    def check(self):
+        getattr(self.estimator_ if hasattr(self, "estimator_") else self.estimator, attr)
+        return True
+
+    return check
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The private data as ``fit`` checked it (by type alone with a ledger), and what it says of the task."""
+
+    X: np.ndarray
+    y: np.ndarray | None
+    names: np.ndarray | None
+    supervised: bool
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.X.shape[1])
+
+    def records(self) -> np.ndarray:
+        """Rows ``[X | y]`` (label last) for a supervised estimator, rows of X otherwise."""
+        return np.column_stack([self.X, self.y]) if self.supervised else self.X
+
+
+@dataclass(frozen=True)
+class _Skeleton:
+    """The estimator fitted once on public oracle records: everything that is not released comes from it."""
+
+    model: object
+    target: EstimatorTarget
+    classes: np.ndarray | None
+
+
+class PrivateEstimator(BaseEstimator):
+    """A scikit-learn estimator whose fitted parameters are released with (ε, δ, γ)-random DP.
+
+    ``fit(X, y)`` samples Δ̂ of the wrapped estimator's parameters for n = len(X) from ``oracle``,
+    fits it once on (X, y) and releases the parameters with ``raydp.sample_then_respond``;
+    ``predict``, ``predict_proba``, ``decision_function``, ``transform`` and ``score`` (where the
+    estimator has them) use the released model ``estimator_``, never a fit on the private data.
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator (unfitted; it is cloned, never modified)
+    oracle : raydp oracle
+        Public records: rows ``[X | y]`` (label last) for a classifier or regressor, rows of X for an
+        unsupervised estimator; usually ``raydp.oracles.bootstrap(public_rows)``.
+    epsilon, delta : privacy of the release. ``delta=0``: Laplace (ℓ1 Δ̂), ε-DP on all but a γ
+        fraction of neighbours; ``delta > 0``: Gaussian (ℓ2 Δ̂, analytic calibration), (ε, δ)-DP.
+    gamma, m, k : the plan (any combination :func:`raydp.plan` accepts; usually ``gamma`` alone).
+    mechanism : a raydp Laplace or Gaussian mechanism to use instead; its (ε, δ) must equal
+        ``epsilon``/``delta``.
+    params : None (the float parameters predictions use), a list of attribute paths, or a callable
+        ``fitted_public_model -> list of paths``.
+    estimate : a :class:`~raydp.estimate.SensitivityEstimate` to reuse (another fit's ``estimate_``,
+        or ``raydp.load_estimate``); it must match the estimator, oracle, n, norm and plan.
+    options : :class:`raydp.SamplerOptions`
+        How Δ̂ is sampled: seed, backend, store, progress, ... (the same object every raydp function
+        takes). With a ``store`` the Δ̂ stored there for the same estimator parameters, oracle and n
+        (and scikit-learn version, part of the target's identity) is reused or resumed, and one made
+        for anything else is refused; with ``seed=None`` and a store that holds a run, that run's seed.
+    ledger, ledger_label : charge the release to a :class:`raydp.Ledger` (refused when over budget).
+
+    Attributes
+    ----------
+    estimator_ : the released model (the released parameters; every other fitted attribute from a
+        fit on a public oracle sample).
+    estimate_ : the :class:`~raydp.estimate.SensitivityEstimate` used.
+    release_ : the :class:`~raydp.release.Release` (its ``value`` is the released parameter vector,
+        its ``statement()`` the (ε, δ, γ) guarantee).
+    released_params_ : the released attribute paths, in the order of ``release_.value``.
+    target_ : the :class:`EstimatorTarget` that was sampled (reusable with ``raydp.estimate_sensitivity``).
+    n_features_in_, feature_names_in_ (a DataFrame's columns), classes_ (classifiers).
+    """
+
+    def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None, mechanism=None,
+                 params=None, estimate=None, options=None, ledger=None, ledger_label=None):
+        self.estimator = estimator
+        self.oracle = oracle
+        self.epsilon = epsilon
+        self.delta = delta
+        self.gamma = gamma
+        self.m = m
+        self.k = k
+        self.mechanism = mechanism
+        self.params = params
+        self.estimate = estimate
+        self.options = options
+        self.ledger = ledger
+        self.ledger_label = ledger_label
+
+    # ---- fit, step by step ---------------------------------------------------------------
+    def fit(self, X, y=None, **fit_params):
+        """Sample Δ̂ (or reuse one), fit once on (X, y) and release the parameters. Returns self.
+
+        ``fit_params`` such as ``sample_weight`` are refused: a weight belongs to a record, and the
+        oracle draws unweighted records, so Δ̂ would be sampled for another function than the fit.
+        """
+        if fit_params:
+            raise InvalidArgumentError(
+                f"fit() does not take {', '.join(sorted(fit_params))}: Δ̂ is sampled over records drawn from the "
+                "oracle, which carry no weights or fit options; put a weight in the records (a column of X) or "
+                "resample the data instead")
+        estimator = self._checked_estimator()
+        inputs = self._inputs(estimator, X, y)
+        oracle = as_oracle(self.oracle)
+        mechanism = self._mechanism()
+        options = self._options()
+        skeleton = self._skeleton(estimator, oracle, inputs)
+        estimate = self._estimate(skeleton.target, oracle, inputs.n, mechanism, options)
+        release = sample_then_respond(inputs.records(), skeleton.target, mechanism, estimate=estimate,
+                                      ledger=self.ledger, ledger_label=self.ledger_label)
+        self._assemble(skeleton, inputs, estimate, release)
+        return self
+
+    def _inputs(self, estimator, X, y) -> _Inputs:
+        """X and y checked. Checks whose answer depends on the private *values* (NaN, unknown labels)
+        are made here only without a ledger; with one they would be free probes of the data, so they
+        happen inside the charged private evaluation (the fit fails there, counted, its reason withheld)."""
+        name = type(estimator).__name__
+        values = self.ledger is None
+        X, names = as_matrix(X, "X", values=values)
+        supervised = is_supervised(estimator)
+        if supervised and y is None:
+            raise InvalidArgumentError(f"{name} requires y to be passed, but the target y is None: call fit(X, y) "
+                                       "(records are rows [X | y], label last)")
+        if not supervised and y is not None:
+            raise InvalidArgumentError(f"{name} is unsupervised: call fit(X) without y (records are rows of X)")
+        y = as_labels(y, X.shape[0], values=values) if supervised else None
+        return _Inputs(X=X, y=y, names=names, supervised=supervised)
+
+    def _skeleton(self, estimator, oracle, inputs: _Inputs) -> _Skeleton:
+        """One fit on n public oracle records; the released paths, canonical forms and the target from it."""
+        name = type(estimator).__name__
+        n, d, supervised = inputs.n, inputs.d, inputs.supervised
+        template = prepare(estimator)
+        public = self._public_sample(oracle, n, d, supervised)
+        classifier = is_classifier(template)
+        integer_labels = bool(supervised and classifier and np.all(public[:, d] == np.round(public[:, d])))
+        probe = EstimatorTarget(template, n_features=d, supervised=supervised, integer_labels=integer_labels,
+                                params=[], shapes=[])
+        try:
+            model = probe.fit(public)
+        except Exception as exc:  # public data: the message may be shown
+            raise TargetError(f"{name} could not be fitted on a public sample of n={n} oracle records "
+                              f"({type(exc).__name__}: {exc})") from None
+        paths = self._released_paths(model, public[:, :d], name)
+        kinds = canonical_kinds(model)
+        references = {p: np.asarray(resolve(model, p), dtype=np.float64) for p in kinds}
+        shapes = [np.shape(resolve(model, p)) for p in paths]
+        classes = getattr(model, "classes_", None) if classifier else None
+        target = EstimatorTarget(template, n_features=d, supervised=supervised, integer_labels=integer_labels,
+                                 params=paths, shapes=shapes, references=references, kinds=kinds,
+                                 classes=None if classes is None or not numeric(classes) else classes)
+        if supervised and classifier and self.ledger is None:
+            y = inputs.y
+            if integer_labels and not np.all(y == np.round(y)):
+                raise InvalidArgumentError("y must hold whole-number class labels, like the oracle's")
+            if classes is not None and not np.all(np.isin(y, np.asarray(classes, dtype=np.float64))):
+                raise InvalidArgumentError(f"y holds class labels the oracle never draws (the oracle's: "
+                                           f"{np.asarray(classes).tolist()}); the released model knows only those")
+        return _Skeleton(model=model, target=target, classes=classes)
+
+    def _estimate(self, target, oracle, n: int, mechanism, options: SamplerOptions) -> SensitivityEstimate:
+        """The Δ̂ to release with: ``estimate=`` checked, or sampled (reusing a stored run)."""
+        if self.estimate is not None:
+            return self._checked_estimate(oracle, options)
+        if options.store is not None:
+            seed = options.seed
+            if seed is None:
+                st = Store.open(options.store)
+                if st.exists("meta.json"):
+                    seed = st.load()[0].seed  # reuse the stored run (its target, oracle and n are checked)
+            options = replace(options, seed=seed, resume=True)
+        return estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=self.gamma, m=self.m, k=self.k,
+                                    options=options)
+
+    def _assemble(self, skeleton: _Skeleton, inputs: _Inputs, estimate, release) -> None:
+        """The released model: the skeleton with the released parameters put in; the fitted attributes."""
+        target = skeleton.target
+        model = copy.deepcopy(skeleton.model)
+        values = np.asarray(release.value, dtype=np.float64)
+        at = 0
+        for path, shape in zip(target.params, target.shapes):
+            size = math.prod(shape)
+            part = values[at: at + size]
+            at += size
+            original = resolve(skeleton.model, path)
+            assign(model, path, part.reshape(shape).copy() if isinstance(original, np.ndarray) else float(part[0]))
+        self.estimator_ = model
+        self.estimate_ = estimate
+        self.release_ = release
+        self.released_params_ = list(target.params)
+        self.target_ = target
+        self.n_features_in_ = inputs.d
+        if inputs.names is not None:
+            self.feature_names_in_ = inputs.names
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        if skeleton.classes is not None:
+            self.classes_ = skeleton.classes
+
+    # ---- checks --------------------------------------------------------------------------
+    def _checked_estimator(self):
+        est = self.estimator
+        if isinstance(est, type):
+            raise InvalidArgumentError(f"estimator must be an instance such as {est.__name__}(), not the class")
+        if not callable(getattr(est, "fit", None)):
+            raise InvalidArgumentError("estimator must be a scikit-learn estimator with a fit(X[, y]) method, "
+                                       f"got {type(est).__name__}")
+        if not callable(getattr(est, "get_params", None)):
+            raise InvalidArgumentError(f"estimator {type(est).__name__} must follow scikit-learn's API "
+                                       "(get_params/set_params, so that it can be cloned)")
+        return est
+
+    def _options(self) -> SamplerOptions:
+        return SamplerOptions.of(self.options)
+
+    def _mechanism(self):
+        delta = check_delta(self.delta)
+        if self.mechanism is None:
+            if delta == 0:
+                return Laplace(self.epsilon)
+            return Gaussian(self.epsilon, delta, calibration="analytic")
+        mech = check_mechanism(self.mechanism, coordinatewise=True)
+        eps, dlt = mech.privacy()
+        if (float(eps), float(dlt)) != (check_epsilon(self.epsilon), delta):
+            raise InvalidArgumentError(f"mechanism has (ε, δ) = ({eps:g}, {dlt:g}) but epsilon={self.epsilon!r}, "
+                                       f"delta={delta!r} were given; make them agree")
+        return mech
+
+    def _public_sample(self, oracle, n: int, d: int, supervised: bool) -> np.ndarray:
+        try:
+            records = oracle.sample(np.random.default_rng(_PUBLIC_SEED), n)
+        except Exception as exc:  # the oracle is public: its message may be shown
+            raise OracleError(f"the oracle raised {type(exc).__name__} drawing {n} records: {exc}") from None
+        records = check_records(records, n)
+        if records.ndim == 1:
+            records = records[:, None]
+        width = d + int(supervised)
+        if records.ndim != 2 or records.shape[1] != width:
+            got = f"{records.shape[1]} columns" if records.ndim == 2 else f"records of shape {records.shape[1:]}"
+            need = (f"rows [X | y] with the label last: {d} features + 1 label = {width} columns" if supervised
+                    else f"rows of X: {d} columns")
+            raise OracleError(f"the oracle draws {got}, but X has {d} features; its records must be {need}")
+        return records
+
+    def _checked_estimate(self, oracle, options: SamplerOptions) -> SensitivityEstimate:
+        est = self.estimate
+        if not isinstance(est, SensitivityEstimate):
+            raise InvalidArgumentError("estimate must be a SensitivityEstimate (another fit's estimate_, or "
+                                       f"raydp.load_estimate), got {type(est).__name__}")
+        if options.store is not None:
+            raise InvalidArgumentError("give estimate= (a Δ̂ in memory) or options.store (a stored Δ̂), not both")
+        check_reusable(describe(oracle), "oracle", EstimateMismatchError, "a precomputed estimate")
+        problems = []
+        if est.oracle != describe(oracle):
+            problems.append(f"it was computed for oracle {difference(est.oracle, describe(oracle))}")
+        wanted = make_plan(gamma=self.gamma, m=self.m, k=self.k)
+        if (wanted.m, wanted.k) != (est.plan.m, est.plan.k) or not math.isclose(wanted.gamma, est.plan.gamma):
+            problems.append(f"it was computed with plan (m={est.plan.m}, k={est.plan.k}, γ={est.plan.gamma:g}), "
+                            f"not (m={wanted.m}, k={wanted.k}, γ={wanted.gamma:g})")
+        if options.seed is not None and options.seed != est.seed:
+            problems.append(f"it was computed with seed {est.seed}, not {options.seed}")
+        if problems:
+            raise EstimateMismatchError("estimate does not fit this estimator: " + "; ".join(problems))
+        return est
+
+    def _released_paths(self, skeleton, X_pub, name: str) -> list[str]:
+        floats = fitted_float_params(skeleton)
+        if self.params is None:
+            for _, sub in estimators(skeleton):
+                reason = REFUSED.get(type(sub).__name__)
+                if reason is not None and type(sub).__module__.startswith("sklearn."):
+                    raise InvalidArgumentError(
+                        f"{type(sub).__name__} is not supported: {reason}. raydp canonicalises KMeans centres and "
+                        "PCA/TruncatedSVD axes only; pass params= to release chosen attributes anyway")
+            paths = prediction_params(skeleton, X_pub)
+            if not paths:
+                raise InvalidArgumentError(
+                    f"{name} has no fitted float parameter that its predictions use (raydp releases float arrays "
+                    f"such as coef_ and intercept_; found {sorted(floats) or 'none'}); give params= to choose")
+            return paths
+        if callable(self.params):
+            try:
+                chosen = self.params(skeleton)
+            except Exception as exc:  # the skeleton is a fit on public records: its message may be shown
+                raise InvalidArgumentError(f"params: the callable raised {type(exc).__name__} on the model fitted "
+                                           f"on public records: {exc}".splitlines()[0]) from None
+        else:
+            chosen = self.params
+        if isinstance(chosen, str) or not all(isinstance(p, str) for p in chosen):
+            raise InvalidArgumentError(f"params must be a list of attribute paths (or a callable returning one), "
+                                       f"got {chosen!r}")
+        paths = list(dict.fromkeys(chosen))
+        unknown = [p for p in paths if p not in floats]
+        if unknown or not paths:
+            raise InvalidArgumentError(f"params {unknown or paths} are not fitted float parameters of {name}; "
+                                       f"its fitted float parameters are: {', '.join(floats) or 'none'}")
+        return paths
+
+    # ---- predictions: the released model only -------------------------------------------
+    def _X(self, X) -> np.ndarray:
+        check_is_fitted(self)
+        arr, names = as_matrix(X, "X", min_rows=1)
+        if arr.shape[1] != self.n_features_in_:
+            raise InvalidArgumentError(f"X has {arr.shape[1]} features, the model was fitted with {self.n_features_in_}")
+        ours = getattr(self, "feature_names_in_", None)
+        if names is not None and ours is not None and list(names) != list(ours):
+            raise InvalidArgumentError("X's columns differ from (or are in another order than) those it was fitted with")
+        return arr
+
+    @available_if(_estimator_has("predict"))
+    def predict(self, X):
+        """Predictions of the released model."""
+        X = self._X(X)  # NotFittedError before any attribute
+        return self.estimator_.predict(X)
+
+    @available_if(_estimator_has("predict_proba"))
+    def predict_proba(self, X):
+        X = self._X(X)  # NotFittedError before any attribute
+        return self.estimator_.predict_proba(X)
+
+    @available_if(_estimator_has("predict_log_proba"))
+    def predict_log_proba(self, X):
+        X = self._X(X)  # NotFittedError before any attribute
+        return self.estimator_.predict_log_proba(X)
+
+    @available_if(_estimator_has("decision_function"))
+    def decision_function(self, X):
+        X = self._X(X)  # NotFittedError before any attribute
+        return self.estimator_.decision_function(X)
+
+    @available_if(_estimator_has("transform"))
+    def transform(self, X):
+        X = self._X(X)  # NotFittedError before any attribute
+        return self.estimator_.transform(X)
+
+    @available_if(_estimator_has("score"))
+    def score(self, X, y=None):
+        """The released model's ``score`` (accuracy for classifiers, R² for regressors)."""
+        X = self._X(X)
+        if y is None:
+            return self.estimator_.score(X)
+        return self.estimator_.score(X, as_labels(y, X.shape[0]))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        from sklearn.utils import get_tags
+
+        inner = get_tags(self.estimator)
+        tags.estimator_type = inner.estimator_type
+        tags.classifier_tags = inner.classifier_tags
+        tags.regressor_tags = inner.regressor_tags
+        tags.transformer_tags = inner.transformer_tags
+        tags.target_tags.required = is_supervised(self.estimator)
+        tags.non_deterministic = True
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = False
+        return tags

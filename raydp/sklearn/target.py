@@ -1,0 +1,144 @@
+"""The target a scikit-learn estimator becomes: records in, released parameter vector out."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, clone
+
+from ..errors import TargetError
+from ..identity import content_fields
+from .canonical import canonicalise
+from .params import class_path, resolve
+
+__all__ = ["EstimatorTarget", "estimator_params"]
+
+
+def _param_json(v):
+    if isinstance(v, BaseEstimator):
+        return class_path(v)  # its own parameters are listed by get_params(deep=True)
+    if isinstance(v, type):
+        return {"class": class_path(v), **content_fields(v)}
+    if isinstance(v, dict):
+        return {str(k): _param_json(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(v, (list, tuple)):
+        return [_param_json(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return _param_json(v.tolist())
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else repr(v)
+    if callable(v):  # func=, score_func=, kernels: named by what they compute, not only by name
+        name = f"{getattr(v, '__module__', '?')}:{getattr(v, '__qualname__', type(v).__qualname__)}"
+        return {"callable": name, **content_fields(v)}
+    return {"object": class_path(v), **content_fields(v)}
+
+
+def estimator_params(estimator) -> dict:
+    """``estimator.get_params(deep=True)`` as JSON-able data, the same in every process."""
+    return {k: _param_json(v) for k, v in sorted(estimator.get_params(deep=True).items())}
+
+
+def _digest(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a, dtype=np.float64).tobytes()).hexdigest()[:16]
+
+
+class EstimatorTarget:
+    """The target ``records -> released parameters`` of a scikit-learn estimator.
+
+    ``database`` holds rows ``[X | y]`` (``supervised``) or rows of X; the estimator is cloned, fitted
+    (warnings silenced), canonicalised and the parameters at ``params`` (with the ``shapes`` the
+    skeleton gave them) are returned as one float vector. A fit that raises, or parameters of another
+    shape (e.g. a class missing from the database), raise :class:`~raydp.errors.TargetError`: the
+    sampler counts that pair as G = +∞. Picklable (Ray ships it), with a stable :meth:`identity`.
+    """
+
+    def __init__(self, estimator, *, n_features: int, supervised: bool, integer_labels: bool, params, shapes,
+                 references=None, kinds=None, classes=None):
+        self.estimator = estimator
+        # the public fit's classes: a database with another label is a failed fit, never a relabelled one
+        self.classes = None if classes is None else np.asarray(classes, dtype=np.float64)
+        self.n_features = int(n_features)
+        self.supervised = bool(supervised)
+        self.integer_labels = bool(integer_labels)
+        self.params = list(params)
+        self.shapes = [tuple(int(s) for s in shape) for shape in shapes]
+        self.references = {k: np.asarray(v, dtype=np.float64) for k, v in (references or {}).items()}
+        self.kinds = dict(sorted((kinds or {}).items()))
+        missing = sorted(set(self.kinds) - set(self.references))
+        if missing:
+            raise TargetError(f"canonical forms {missing} need a reference (the public fit's values)")
+
+    @property
+    def output_dim(self) -> int:
+        return int(sum(math.prod(s) for s in self.shapes))
+
+    def split(self, database):
+        """``(X, y)`` of a database of records (``y`` None when unsupervised)."""
+        db = np.asarray(database, dtype=np.float64)
+        if db.ndim == 1:
+            db = db[:, None]
+        if not np.all(np.isfinite(db)):  # with a ledger, the private data's NaN is refused only here
+            raise TargetError("records must be finite numbers (a missing value, NaN or inf)")
+        width = self.n_features + int(self.supervised)
+        if db.ndim != 2 or db.shape[1] != width:
+            raise TargetError(f"records must have {width} columns ({self.n_features} features"
+                              f"{' and the label last' if self.supervised else ''}), got shape {db.shape}")
+        X = db[:, : self.n_features]
+        if not self.supervised:
+            return X, None
+        y = db[:, self.n_features]
+        if self.classes is not None and not np.all(np.isin(y, self.classes)):
+            raise TargetError("a class label outside the public fit's classes")
+        if self.integer_labels:
+            if not np.all(y == np.round(y)):
+                raise TargetError("class labels (the last column) must be whole numbers")
+            y = y.astype(np.int64)
+        return X, y
+
+    def fit(self, database):
+        """The estimator fitted on ``database`` and canonicalised."""
+        X, y = self.split(database)
+        model = clone(self.estimator)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(X) if y is None else model.fit(X, y)
+        canonicalise(model, self.references, self.kinds)
+        return model
+
+    def vector(self, model) -> np.ndarray:
+        """The released parameters of a fitted ``model``, flattened in path order."""
+        parts = []
+        for path, shape in zip(self.params, self.shapes):
+            value = np.asarray(resolve(model, path), dtype=np.float64)
+            if value.shape != shape:
+                raise TargetError(f"the fit gave {path} of shape {value.shape}, expected {shape} "
+                                  "(as on the public sample; a class missing from this database?)")
+            parts.append(value.ravel())
+        return np.concatenate(parts)
+
+    def __call__(self, database) -> np.ndarray:
+        return self.vector(self.fit(database))
+
+    def identity(self) -> dict:
+        import sklearn
+
+        return {"name": "sklearn:" + class_path(self.estimator).replace(":", "."),
+                "params": {"estimator": estimator_params(self.estimator), "released": self.params,
+                           "shapes": [list(s) for s in self.shapes], "supervised": self.supervised,
+                           "integer_labels": self.integer_labels, "n_features": self.n_features,
+                           "canonical": {k: {"kind": v, "reference_sha256": _digest(self.references[k])}
+                                         for k, v in sorted(self.kinds.items())},
+                           "sklearn": sklearn.__version__,
+                           **({} if self.classes is None else {"classes": self.classes.tolist()})}}
+
+    def __repr__(self) -> str:
+        return f"EstimatorTarget({self.estimator!r}, released={self.params})"
+
+

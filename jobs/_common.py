@@ -9,12 +9,13 @@ With ``--backend auto`` (the default) raydp uses the cluster at ``--address`` or
 one is given; otherwise it times the first blocks of each run and finishes in process when the run
 is small, or starts a local Ray inside the job when it is large (``--num-cpus`` caps it).
 ``--backend local`` always runs in the job's own process, ``--backend ray`` always on Ray. Every
-choice gives the same results bit for bit.
+choice gives the same results bit for bit. The flags are the library's own
+(``raydp.cli.add_sampler_flags``) and become one :class:`raydp.SamplerOptions` (:func:`options`).
 
-Jobs import only ``raydp`` and the modules of this directory (this one, ``_plots`` for tables and
-figures, ``svm_sensitivity`` for the SVM bound). They are found because a script's own directory is
-``sys.path[0]`` (``python jobs/X.py``, and the same under ``ray job submit``); the tests put
-``jobs/`` on ``sys.path`` through pytest's ``pythonpath`` setting (pyproject.toml).
+Jobs call raydp's public API only, and the modules of this directory (this one, ``_plots`` for
+figures, ``_report`` for benchmark reports, ``svm_sensitivity`` for the SVM bound). They are found
+because a script's own directory is ``sys.path[0]`` (``python jobs/X.py``, and the same under
+``ray job submit``); the tests run the jobs as scripts, or load one by path (``tests/job_util.py``).
 """
 
 from __future__ import annotations
@@ -25,39 +26,20 @@ import os
 import sys
 from typing import Callable
 
-BACKENDS = ("auto", "ray", "local")
+def add_common_flags(parser: argparse.ArgumentParser, *, out_default: str, store: bool = False) -> None:
+    """The sampler's flags (``raydp.cli.add_sampler_flags``: --seed --block-size --backend --address
+    --num-cpus --task-timeout --pair-timeout --strict --quiet, and --store --resume with ``store``) and --out."""
+    from raydp.cli import add_sampler_flags
+
+    add_sampler_flags(parser, store=store, seed_default=0, store_aliases=())
+    parser.add_argument("--out", default=out_default, metavar="DIR", help=f"output directory (default: {out_default})")
 
 
-def add_common_flags(parser: argparse.ArgumentParser, *, out_default: str) -> None:
-    """--backend --address --num-cpus --seed --out --quiet."""
-    g = parser.add_argument_group("engine and output")
-    g.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="auto: the Ray cluster at --address/RAY_ADDRESS, else an embedded local Ray; "
-                        "ray: same, always through Ray; local: in this process, no Ray (default: auto)")
-    g.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, set by `ray job submit`)")
-    g.add_argument("--num-cpus", type=int, metavar="N",
-                   help="CPUs of the embedded Ray started when there is no cluster (default: all)")
-    g.add_argument("--seed", type=int, default=0, help="sampler seed; fixes every G value (default: 0)")
-    g.add_argument("--out", default=out_default, metavar="DIR", help=f"output directory (default: {out_default})")
-    g.add_argument("--quiet", action="store_true", help="no progress display and no per-step messages")
+def options(args: argparse.Namespace, **changes):
+    """The :class:`raydp.SamplerOptions` of the job's flags, with ``changes`` (a run's own seed, store, ...)."""
+    from raydp.cli import sampler_options
 
-
-def engine_options(args: argparse.Namespace) -> dict:
-    """The backend options (fields of :class:`raydp.RayBackend`) that go with ``backend=args.backend``."""
-    from raydp.errors import InvalidArgumentError
-
-    if args.backend == "local":
-        if args.address:
-            raise InvalidArgumentError("--address needs --backend auto or ray")
-        return {}
-    options = {}
-    if args.address:
-        options["address"] = args.address
-    if args.num_cpus is not None:
-        if args.num_cpus < 1:
-            raise InvalidArgumentError("--num-cpus must be >= 1")
-        options["num_cpus"] = args.num_cpus  # RayBackend(num_cpus=): only used when an embedded Ray is started
-    return options
+    return sampler_options(args, **changes)
 
 
 def where(args: argparse.Namespace) -> str:

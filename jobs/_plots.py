@@ -18,7 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from raydp.errors import InvalidArgumentError
-from raydp.plots import _pyplot as pyplot
+from raydp.plots import pyplot
 
 __all__ = ["markdown_table", "save_table_markdown", "plot_example6", "plot_kde_tv", "pyplot"]
 

@@ -47,10 +47,8 @@ command are recorded in the JSON and Markdown.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -58,6 +56,8 @@ import tempfile
 import time
 
 import numpy as np
+
+import _report
 
 import raydp
 from raydp import oracles, targets
@@ -220,23 +220,11 @@ def say(args, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def table(headers, rows) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
 # ----------------------------------------------------------------------------- sections
-def spread(values) -> dict:
-    """Median, min and max of per-repeat values (ratios taken within one repeat)."""
-    values = sorted(values)
-    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "values": values}
-
-
 def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
     """One row of the cheap section: (a)-(e) for one (n, m), the equality check, the per-repeat
     ratios (b)/(d) and (b)/(e) with their spread, and where the in-process run's time goes."""
@@ -289,8 +277,8 @@ def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
     row["b_over_d"] = row["b_pairs_per_s"] / row["d_pairs_per_s"]
     row["b_over_e"] = row["b_pairs_per_s"] / row["e_pairs_per_s"]
     row["c_over_b"] = row["c_pairs_per_s"] / row["b_pairs_per_s"] if "c" in med else None
-    row["b_over_d_spread"] = spread([d / b for d, b in zip(times["d"], times["b"])])
-    row["b_over_e_spread"] = spread([e / b for e, b in zip(times["e"], times["b"])])
+    row["b_over_d_spread"] = _report.spread([d / b for d, b in zip(times["d"], times["b"])])
+    row["b_over_e_spread"] = _report.spread([e / b for e, b in zip(times["e"], times["b"])])
     row["breakdown_s"] = breakdown(n, m, k, args.seed, bs)
     return row
 
@@ -324,7 +312,7 @@ def section_cheap(args, cores: int) -> dict:
     def sp(d):
         return f"{d['median']:.2f} [{d['min']:.2f}–{d['max']:.2f}]"
 
-    md = table(
+    md = _report.table(
         ["n", "m", "block", "(a) serial pairs/s", "(b) raydp local", "(c) raydp Ray", "(d) numpy limit",
          "(e) draw only", "(b)/(a)", "(b)/(d) median [min–max]", "(b)/(e) median [min–max]", "(c)/(b)", "Δ̂ equal"],
         [[r["n"], r["m"], r["block_size"], rate(r["a_pairs_per_s"]), rate(r["b_pairs_per_s"]),
@@ -334,7 +322,7 @@ def section_cheap(args, cores: int) -> dict:
     md += (f"\n\nRatios: per repeat ({args.repeats} interleaved repeats), then median [min–max]. "
            "Where an in-process run's time goes (ms per run, engine code phase by phase over the same "
            "blocks, median of 3; fixed = plan + probe + identity, an estimate of 10 pairs):\n\n")
-    md += table(["n", "m", "blocks", "draw", "D′ copy", "target + norm", "compact + reduce", "fixed per run",
+    md += _report.table(["n", "m", "blocks", "draw", "D′ copy", "target + norm", "compact + reduce", "fixed per run",
                  "draw share"],
                 [[r["n"], r["m"], r["blocks"]] + [f"{1e3 * r['breakdown_s'][key]:.1f}"
                                                   for key in ("draw", "copy", "target", "reduce", "fixed")]
@@ -381,7 +369,7 @@ def section_svm(args, cores: int) -> dict:
              {"goal": "SVM raydp no slower than joblib (joblib_s / raydp_s >= 1)", "value": res["raydp_over_joblib"],
                   "ok": res["raydp_over_joblib"] >= 1.0},
              {"goal": "SVM Δ̂ equal: serial, joblib, raydp (cold fits)", "value": res["equal"], "ok": res["equal"]}]
-    md = table(["runner", "seconds", "pairs/s", "efficiency", "Δ̂"],
+    md = _report.table(["runner", "seconds", "pairs/s", "efficiency", "Δ̂"],
                [["serial loop (1 core)", f"{t_serial:.2f}", f"{m / t_serial:.1f}", "1 (reference)", f"{g_serial:.6g}"],
                 [f"joblib, {cores} cores", f"{t_joblib:.2f}", f"{m / t_joblib:.1f}", f"{res['joblib_efficiency']:.2f}",
                  f"{g_joblib:.6g}"],
@@ -440,10 +428,10 @@ def section_scaling(args, cores: int) -> dict:
                              "rss_growth": rs[-1]["peak_rss_mb"] / rs[0]["peak_rss_mb"] - 1}
         goals.append({"goal": f"driver peak RSS flat in m ({backend}): growth <= 20%",
                           "value": fits[backend]["rss_growth"], "ok": fits[backend]["rss_growth"] <= 0.20})
-    md = table(["backend", "m", "wall s", "pairs/s", "driver peak RSS MB"],
+    md = _report.table(["backend", "m", "wall s", "pairs/s", "driver peak RSS MB"],
                [[r["backend"], r["m"], f"{r['wall_s']:.2f}", rate(r["m"] / r["wall_s"]), f"{r['peak_rss_mb']:.0f}"]
                 for r in rows])
-    md += "\n\n" + table(["backend", "wall ∝ m^", "RSS ∝ m^", "RSS growth, smallest → largest m"],
+    md += "\n\n" + _report.table(["backend", "wall ∝ m^", "RSS ∝ m^", "RSS growth, smallest → largest m"],
                          [[b, f"{f['wall_exponent']:.2f}", f"{f['rss_exponent']:.3f}", f"{100 * f['rss_growth']:+.1f}%"]
                           for b, f in fits.items()])
     return {"rows": rows, "fits": fits, "goals": goals, "markdown": md}
@@ -513,7 +501,7 @@ def section_overheads(args, cores: int) -> dict:
                "local_per_block_ms": 1e3 * t_local / tasks, "ray_per_task_ms": 1e3 * t_ray / tasks,
                "reduce_m": m, "reduce_blocks": len(results), "reduce_full_sample_s": t_red_full,
                "reduce_compacted_s": t_red_compact, "block_compute_s": t_compute}
-    md = table(["overhead", "value"], [
+    md = _report.table(["overhead", "value"], [
         ["fresh process: import raydp", f"{first['import_s']:.2f} s"],
         ["fresh process: start embedded Ray (ray.init on 127.0.0.1)", f"{first['ray_init_s']:.2f} s"],
         ["fresh process: first block back from a Ray task (worker start-up)", f"{first['first_block_s']:.2f} s"],
@@ -572,7 +560,7 @@ def section_first(args, cores: int) -> dict:
     if main_job:
         rows.append(["README main job `python jobs/svm_sensitivity.py` (d = 2 and 8, m = 1500), fresh process",
                      f"{statistics.median(main_job):.1f} s [{min(main_job):.1f}–{max(main_job):.1f}]", "auto"])
-    md = table(["time to first result", "median [min–max]", "backend"], rows)
+    md = _report.table(["time to first result", "median [min–max]", "backend"], rows)
     goals = [{"goal": "small run from a fresh process in under 2 s, Ray not started",
               "value": statistics.median(walls), "ok": statistics.median(walls) < 2.0
               and not any(r["ray_started"] for r in small)}]
@@ -580,28 +568,6 @@ def section_first(args, cores: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- main
-def machine() -> dict:
-    import ray
-
-    mem = None
-    try:
-        with open("/proc/meminfo") as f:
-            mem = round(int(f.readline().split()[1]) / 1024**2, 1)
-    except OSError:
-        pass
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
-                "numpy": np.__version__, "ray": ray.__version__, "raydp": raydp.__version__, "platform": platform.platform()}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -641,9 +607,7 @@ def main(argv=None) -> int:
         args.scaling_ms, args.overhead_tasks = [5000, 50000], 20
 
     cores = args.cores
-    report = {"command": "python jobs/bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "machine": machine(), "sections": {}}
+    report = dict(_report.start("bench", argv), sections={})
     if any(s in sections for s in ("cheap", "svm", "overheads")):
         report["ray_start_s"] = start_ray(cores)
     for name in sections:
@@ -652,20 +616,13 @@ def main(argv=None) -> int:
             print(f"\n## {name}\n\n{report['sections'][name]['markdown']}\n", flush=True)
     goals = [g for s in report["sections"].values() for g in s["goals"]]
     report["goals"] = goals
-    mach = report["machine"]
-    md = [(f"# raydp benchmark\n\n{report['date']} · {mach['cores']} cores · {mach['cpu']} · "
-          f"{mach['memory_gib']} GiB · Python {mach['python']} · numpy {mach['numpy']} · Ray {mach['ray']}\n\n"
-          f"Command: `{report['command']}`\n")]
+    md = [_report.header("raydp benchmark", report)]
     for name, s in report["sections"].items():
         md.append(f"## {name}\n\n{s['markdown']}\n")
-    md.append("## goals\n\n" + table(["goal", "measured", "met"], [
+    md.append("## goals\n\n" + _report.table(["goal", "measured", "met"], [
         [g["goal"], f"{g['value']:.3g}" if isinstance(g["value"], float) else g["value"], "yes" if g["ok"] else "**no**"]
         for g in goals]) + "\n")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump(report, f, indent=1, default=float)
-    with open(os.path.join(args.out, "bench.md"), "w") as f:
-        f.write("\n".join(md))
+    _report.write(args.out, "bench", report, "\n".join(md))
     if not args.quiet:
         print("## goals\n\n" + md[-1].split("\n", 2)[2])
         print(f"wrote {os.path.join(args.out, 'bench.json')} and bench.md")

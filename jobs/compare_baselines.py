@@ -114,7 +114,7 @@ def make_parser() -> argparse.ArgumentParser:
     ap.add_argument("--delta", type=float, default=DELTA, help=f"δ of the (ε, δ)-DP columns (default: {DELTA:g})")
     ap.add_argument("--grid-size", type=int, default=GRID_SIZE,
                     help=f"grid points on [L, U] for the selection mechanisms (default: {GRID_SIZE})")
-    ap.add_argument("--block-size", type=int, default=BLOCK_SIZE,
+    ap.add_argument("--sa-block-size", type=int, default=BLOCK_SIZE,
                     help=f"records per sample-and-aggregate block (default: {BLOCK_SIZE})")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     _common.add_common_flags(ap, out_default=os.path.join("out", "baselines"))
@@ -132,8 +132,8 @@ def _check_args(a) -> None:
         raise InvalidArgumentError("--repeats must be >= 1")
     if not 0 < a.delta < 1:
         raise InvalidArgumentError("--delta must lie in (0, 1)")
-    if a.block_size < 1:
-        raise InvalidArgumentError("--block-size must be >= 1")
+    if a.sa_block_size < 1:
+        raise InvalidArgumentError("--sa-block-size must be >= 1")
     if a.grid_size < 2:
         raise InvalidArgumentError("--grid-size must be >= 2")
 
@@ -156,14 +156,14 @@ class _Acc:
             self.errors.append(abs(float(value) - truth))
 
 
-def run(a, options: dict) -> list[dict]:
+def run(a) -> list[dict]:
     import raydp
     from raydp import baselines as B
     from raydp import targets
 
     repeats = a.repeats or (FULL_REPEATS if a.full else DEFAULT_REPEATS)
     sa_backend = "local" if a.backend == "local" else "ray"
-    sampler_backend = a.backend
+    options = _common.options(a, progress=False)
     grid = np.linspace(LOWER, UPPER, a.grid_size)
     sa_grid = np.linspace(LOWER, UPPER, SA_GRID_SIZE)
     stat_fns = {"median": B.lower_median, "mean": lambda x: float(np.mean(x))}
@@ -175,12 +175,11 @@ def run(a, options: dict) -> list[dict]:
         model = B.clipped(base, LOWER, UPPER)
         for n in a.n:
             t0 = time.perf_counter()
-            blocks = max(1, n // a.block_size)
+            blocks = max(1, n // a.sa_block_size)
             estimates, bounds = {}, {}
             for stat in a.stats:
                 estimates[stat] = raydp.estimate_sensitivity(
-                    stat_targets[stat], model, n, mechanism=raydp.Laplace(1.0), gamma=a.gamma, seed=a.seed,
-                    backend=sampler_backend, progress=False, **options)
+                    stat_targets[stat], model, n, mechanism=raydp.Laplace(1.0), gamma=a.gamma, options=options)
             if "median" in a.stats:
                 for ei, eps in enumerate(a.eps):
                     rng = np.random.default_rng([a.seed, 7, di, n, ei])  # public simulation, not private data
@@ -289,7 +288,7 @@ def write_markdown(rows: list[dict], a, repeats: int, path: str) -> None:
     head = (f"# Sampled sensitivity vs. baselines\n\n"
             f"Data clipped to the public range [{LOWER:g}, {UPPER:g}]; releases clamped to it. "
             f"γ = {a.gamma:g} (sampled Δ̂), δ = {a.delta:g} (the (ε, δ)-DP columns), exponential / inverse-sensitivity grid of {a.grid_size} points on the range, "
-            f"sample-and-aggregate blocks of {a.block_size} records. Privacy notion of each column in brackets: "
+            f"sample-and-aggregate blocks of {a.sa_block_size} records. Privacy notion of each column in brackets: "
             "ε-DP and (ε, δ)-DP hold for every pair of neighbouring databases; (ε, 0, γ)-RDP only for all but a γ "
             "fraction of neighbouring pairs drawn from the public model.\n\n")
     with open(path, "w", encoding="utf-8") as fh:
@@ -360,16 +359,15 @@ def plot(rows: list[dict], path: str, repeats: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     a = make_parser().parse_args(argv)
     _check_args(a)
-    options = _common.engine_options(a)
     repeats = a.repeats or (FULL_REPEATS if a.full else DEFAULT_REPEATS)
     if a.backend != "local":
-        from raydp.engine.ray import ensure_ray
+        import raydp
 
-        ensure_ray(a.address, a.num_cpus)
+        raydp.RayBackend(address=a.address, num_cpus=a.num_cpus).connect()  # sample-and-aggregate uses it too
     _common.say(a, f"compare_baselines: {len(a.dists)} distributions × n {a.n} × ε {a.eps}, {repeats} repeats; "
                    f"{_common.where(a)}")
     t0 = time.perf_counter()
-    rows = run(a, options)
+    rows = run(a)
     os.makedirs(a.out, exist_ok=True)
     stem = os.path.join(a.out, "compare_baselines")
     write_parquet(rows, stem + ".parquet")

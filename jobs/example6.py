@@ -61,6 +61,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 
 import _common
 
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ms = [m for m in ms if grids[m]]
     if not ms:
         raise InvalidArgumentError(f"no m certifies any gamma <= {a.gamma_max:g}")
-    options = _common.engine_options(a)
+    options = _common.options(a, keep_sample=True, progress=False)
     os.makedirs(a.out, exist_ok=True)
 
     target, oracle = targets.mean(), oracles.exponential(a.rate)
@@ -181,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         ks = [raydp.plan(m=m, gamma=g).k for g in grid]
         for r in range(a.repeats):
             est = raydp.estimate_sensitivity(target, oracle, a.n, mechanism=mech, m=m,
-                                             seed=repeat_seed(a.seed, m, r), backend=a.backend,
-                                             keep_sample=True, progress=False, **options)
+                                             options=replace(options, seed=repeat_seed(a.seed, m, r)))
             if est.failures:
                 raise InvalidArgumentError(f"{est.failures} pairs failed for m={m}; the mean of finite records cannot fail")
             values[r] = [est.for_gamma(g).sensitivity for g in grid]

@@ -198,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     oracle = oracles.gaussian_mixture(list(WEIGHTS), list(MEANS), list(SPREADS), scale=a.scale)
     target = targets.kde(a.bandwidth)
     sampling_mech = raydp.Bernstein(1.0, lattice=a.lattice, dims=1, order=a.order)  # ε plays no part in Δ̂
-    options = _common.engine_options(a)
     os.makedirs(a.out, exist_ok=True)
     name = f"store-n{a.n}-h{a.bandwidth:g}-{a.scale}-K{a.lattice}-o{a.order}-m{m}-seed{a.seed}"
     uri = _store_uri(a.store_root or a.out, name)
@@ -209,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     _common.say(a, f"KDE/Bernstein: n={a.n}, bandwidth={a.bandwidth:g}, mixture read as {a.scale}, "
                    f"K={a.lattice}, order={a.order}, m={m}, gammas={gammas}, {repeats} repeats, {_common.where(a)}")
     t0 = time.perf_counter()
-    est = raydp.estimate_sensitivity(target, oracle, a.n, mechanism=sampling_mech, m=m, seed=a.seed,
-                                     backend=a.backend, progress=not a.quiet, store=uri, resume=True, **options)
+    est = raydp.estimate_sensitivity(target, oracle, a.n, mechanism=sampling_mech, m=m,
+                                     options=_common.options(a, store=uri, resume=True))
     sampling_seconds = time.perf_counter() - t0
     if est.failures:
         raise InvalidArgumentError(f"{est.failures} of {m} pairs failed; the KDE of finite records should never fail")

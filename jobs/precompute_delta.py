@@ -64,10 +64,6 @@ def make_parser() -> argparse.ArgumentParser:
     ap.add_argument("--mechanism", choices=MECHANISMS, default="laplace",
                     help="fixes the norm G is measured in (default: laplace, ℓ1)")
     ap.add_argument("--mechanism-args", help="JSON kwargs of the mechanism (responses, lattice, ...)")
-    ap.add_argument("--block-size", type=int, help="pairs per block (part of the run's identity)")
-    ap.add_argument("--store", metavar="URI", help="store: local path or pyarrow URI (default: OUT/precompute-<target>)")
-    ap.add_argument("--resume", action="store_true", help="continue or extend the run stored at --store")
-    ap.add_argument("--strict", action="store_true", help="stop at the first failing pair instead of counting it")
     ap.add_argument("--plot", metavar="FILE.png", help="also write the empirical CDF of G (needs matplotlib)")
     ap.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     g = ap.add_argument_group("local multi-node cluster (full-size runs)")
@@ -83,13 +79,13 @@ def make_parser() -> argparse.ArgumentParser:
                    help="m = 5 486 187 pairs (γ = 0.001) of the mean of n = 1000 Exp(1) records on a local "
                         "head + 3 workers, head killed midway and resumed, Δ̂ re-derived for γ = 0.002, 0.005, "
                         "0.01 (store in OUT/precompute-full, report in OUT/precompute_full.json)")
-    _common.add_common_flags(ap, out_default="out")
+    _common.add_common_flags(ap, out_default="out", store=True)  # --store default: OUT/precompute-<target>
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    from raydp import estimate_sensitivity
     from raydp.cli import build, build_mechanism
-    from raydp.sampler import estimate_sensitivity
 
     a = make_parser().parse_args(argv)
     if a.full_size_demo:
@@ -111,14 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     oracle = build(oracle_spec, oracle_args, "--oracle", ("raydp.oracles",))
     mech = build_mechanism(a.mechanism, a.mechanism_args)
     store = a.store or os.path.join(a.out, "precompute-" + target_spec.split(":", 1)[1].split(".")[-1])
-    options = _common.engine_options(a)
-
     _common.say(a, f"sampling {target_spec} on {oracle_spec}, n={a.n}, {_common.where(a)} -> {store}")
-    est = estimate_sensitivity(
-        target, oracle, a.n, mechanism=mech, gamma=gamma, m=a.m, k=a.k, seed=a.seed,
-        block_size=a.block_size, backend=a.backend, strict=a.strict, progress=not a.quiet,
-        store=store, resume=a.resume, **options,
-    )
+    est = estimate_sensitivity(target, oracle, a.n, mechanism=mech, gamma=gamma, m=a.m, k=a.k,
+                               options=_common.options(a, store=store))
     _common.print_summary(est, uri=store, as_json=a.json)
     if a.plot:
         from raydp import load_estimate

@@ -41,20 +41,21 @@ RAY_memory_monitor_refresh_ms=0 (the OOM killer would act on the whole shared VM
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
 import pickle
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
+
+import _report
+from raydp.engine.costmodel import Costs, fit_costs, fit_host, layout, predict, recommended_block_size, tail_loss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -88,143 +89,6 @@ class Sleeper:
 
     def identity(self) -> dict:
         return {"name": "sleeper", "params": {"seconds": self.seconds}}
-
-
-# ----------------------------------------------------------------------------- the model
-@dataclass(frozen=True)
-class Costs:
-    """The model's parameters, all in seconds.
-
-    c_task     driver CPU per task (submit, wait, get, Ray's owner-side bookkeeping)
-    c_result   driver CPU per block result (deserialise, reducer, store, progress)
-    c_inflight driver CPU per task per task in flight (``ray.wait`` looks at every pending ref)
-    o_task     slot time per task beyond its pairs (lease, push, fetch and deserialise the job,
-               return the result)
-    fixed      wall time of a run around its tasks with warm workers (probe, put, first lease, store)
-    driver_share  the share of one core the driver may spend (1: a core of its own)
-    """
-
-    c_task: float
-    c_result: float
-    c_inflight: float
-    o_task: float
-    fixed: float
-    driver_share: float = 1.0
-
-
-# The Ray backend's grouping the model assumes: "engine" (raydp.engine.ray.default_group_size, the
-# fewest tasks whose waves fill the slots) or "old" (⌈blocks / (4·slots)⌉, before issue 14).
-GROUPING = {"rule": "engine"}
-
-
-def layout(m: int, block_size: int, slots: int, group_size: int | None = None, per_slot: int = 4) -> tuple[int, int, int]:
-    """(blocks, blocks per task, tasks) under the Ray backend's default grouping (at least ``per_slot`` tasks per slot)."""
-    from raydp.engine.ray import default_group_size
-
-    blocks = -(-m // block_size)
-    if group_size:
-        g = group_size
-    elif GROUPING["rule"] == "old":
-        g = max(1, -(-blocks // (per_slot * slots)))
-    else:
-        g = default_group_size(blocks, slots, per_slot)
-    return blocks, g, -(-blocks // g)
-
-
-def driver_seconds_per_task(c: Costs, g: int, in_flight: int) -> float:
-    """d = c_task + g·c_result + c_inflight·in_flight: the driver's time per task of g blocks."""
-    return c.c_task + g * c.c_result + c.c_inflight * in_flight
-
-
-def max_slots(c: Costs, t_pair: float, block_size: int, g: int, in_flight_per_slot: float = 2.0) -> float:
-    """The largest number of slots one driver keeps busy: S with S·d(S) = τ·driver_share.
-
-    τ = g·b·t_pair + o_task is a task's slot time; while it runs the driver must handle the S − 1
-    other tasks' completions, each costing d(S) = c_task + g·c_result + c_inflight·(in_flight_per_slot·S).
-    Solves c_inflight·k·S² + (c_task + g·c_result)·S − τ·share = 0.
-    """
-    tau = g * block_size * t_pair + c.o_task
-    a = c.c_inflight * in_flight_per_slot
-    b = c.c_task + g * c.c_result
-    if a <= 0:
-        return tau * c.driver_share / b
-    return (-b + math.sqrt(b * b + 4 * a * tau * c.driver_share)) / (2 * a)
-
-
-def predict(c: Costs, m: int, t_pair: float, block_size: int, slots: int, group_size: int | None = None,
-            max_in_flight: int | None = None, cv_task: float = 0.0, host: tuple | None = None) -> dict:
-    """Wall time and efficiency of one run.
-
-    wall = fixed + max(W·τ + τ·cv·√(2 ln S'),  T·d + τ),  W = ⌈T / S'⌉,  S' = min(S, T)
-
-    T tasks of τ seconds each run in W waves on S' slots (the last one partly empty when T is not a
-    multiple of S'; with task times of relative spread cv the slowest of S' adds ≈ cv·√(2 ln S')
-    task times), unless the driver, at d seconds per task, cannot complete them that fast (T·d).
-    Efficiency = m·t_pair / (S·wall): the share of slot time spent in pairs.
-    """
-    blocks, g, tasks = layout(m, block_size, slots, group_size)
-    in_flight = min(tasks, max_in_flight or 2 * slots)
-    tau = g * block_size * t_pair + c.o_task
-    d = driver_seconds_per_task(c, g, in_flight) / c.driver_share
-    s_used = min(slots, tasks)
-    waves = -(-tasks // s_used)
-    slot_bound = waves * tau + tau * cv_task * math.sqrt(2 * math.log(max(s_used, 1)))
-    driver_bound = tasks * d + tau
-    host_bound = 0.0 if host is None else (tasks * host[1] + m * host[2]) / host[0]
-    wall = c.fixed + max(slot_bound, driver_bound, host_bound)
-    bound = max((slot_bound, "tasks" if tasks < slots else "slots"), (driver_bound, "driver"), (host_bound, "host"))[1]
-    return {"blocks": blocks, "group": g, "tasks": tasks, "tau_s": tau, "driver_s_per_task": d,
-            "max_slots": max_slots(c, t_pair, block_size, g), "wall_s": wall,
-            "bound": bound,
-            "efficiency": m * t_pair / (slots * wall)}
-
-
-def recommended_block_size(c: Costs, m: int, t_pair: float, slots: int, n: int, cv_pair: float = 0.0) -> int:
-    """The block size with the best projected efficiency on ``slots`` (the larger on a tie), within the
-    default's records-per-block cap (65 536 records). Passing it changes the run's identity (another,
-    equally valid sample); the default block size never depends on the cluster."""
-    from raydp.engine.blocks import _RECORDS_PER_BLOCK
-
-    cap = max(1, _RECORDS_PER_BLOCK // (n + 1))
-    best, best_e = 1, -1.0
-    for bs in range(1, min(cap, m) + 1):
-        g = layout(m, bs, slots)[1]
-        e = predict(c, m, t_pair, bs, slots, cv_task=cv_pair / math.sqrt(g * bs))["efficiency"]
-        if e >= best_e - 1e-12:
-            best, best_e = bs, e
-    return best
-
-
-def _nnls(a: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Non-negative least squares (costs are never negative): (coefficients, R², median relative error)."""
-    from scipy.optimize import nnls
-
-    coef, _ = nnls(a, y)
-    resid = y - a @ coef
-    r2 = float(1 - (resid @ resid) / max(((y - y.mean()) @ (y - y.mean())), 1e-30))
-    return coef, r2, float(np.median(np.abs(resid) / np.maximum(y, 1e-9)))
-
-
-def fit_costs(runs: list[dict]) -> dict:
-    """Driver CPU = c_run + c_task·tasks + c_result·results + c_idle·wall over the runs (costs ≥ 0)."""
-    a = np.array([[1.0, r["tasks"], r["results"], r["wall_s"]] for r in runs], dtype=float)
-    y = np.array([r["driver_cpu_s"] for r in runs], dtype=float)
-    coef, r2, err = _nnls(a, y)
-    return {"c_run": float(coef[0]), "c_task": float(coef[1]), "c_result": float(coef[2]), "c_idle": float(coef[3]),
-            "r2": r2, "rel_err_median": err}
-
-
-def fit_host(runs: list[dict]) -> dict:
-    """CPU of every process of the run (driver, raylets, GCS, workers, agents) = h_run + h_task·tasks + h_pair·m.
-
-    On this 2-core VM that is what limits the narrow tasks of a wide simulated cluster; on a real
-    cluster each node brings its own cores, so the projection leaves it out.
-    """
-    a = np.array([[1.0, r["tasks"], r["m"]] for r in runs], dtype=float)
-    y = np.array([r["driver_cpu_s"] + sum(r["cluster_cpu_s"].values()) for r in runs], dtype=float)
-    coef, r2, err = _nnls(a, y)
-    return {"h_run": float(coef[0]), "h_task": float(coef[1]), "h_pair": float(coef[2]), "r2": r2,
-            "rel_err_median": err}
 
 
 # ----------------------------------------------------------------------------- /proc helpers
@@ -318,26 +182,6 @@ def object_store_counters() -> dict:
     return out
 
 
-def tail_loss(submitted: list, done: list, slots: int, end: float) -> float:
-    """Slot-seconds idle after the last submission: ∫ (S − min(in flight, S)) dt from then to ``end``."""
-    if not submitted:
-        return 0.0
-    t_last = max(submitted)
-    events = sorted([(t, 1) for t in submitted] + [(t, -1) for t in done])
-    level, t_prev, lost = 0, None, 0.0
-    for t, step in events:
-        if t_prev is not None and t_prev >= t_last:
-            lost += (slots - min(level, slots)) * (t - t_prev)
-        elif t_prev is not None and t > t_last:
-            lost += (slots - min(level, slots)) * (t - t_last)
-        level += step
-        t_prev = t
-    if t_prev is not None and end > t_prev:
-        lost += (slots - min(level, slots)) * (end - max(t_prev, t_last))
-    return lost
-
-
-# ----------------------------------------------------------------------------- the driver process
 def plan_runs(slots: int, pair_costs: list[float], seconds: float, quick: bool) -> list[dict]:
     runs = []
     for t in pair_costs:
@@ -658,24 +502,13 @@ def fmt_rate(x: float) -> str:
     return "∞" if not math.isfinite(x) else f"{x:,.0f}"
 
 
-def table(headers, rows) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def med(rows, key):
     vals = [r[key] for r in rows if r.get(key) is not None]
     return statistics.median(vals) if vals else None
 
 
 def spread(rows, key, fmt="{:.2f}"):
-    vals = sorted(r[key] for r in rows if r.get(key) is not None)
-    if not vals:
-        return "–"
-    if len(vals) == 1:
-        return fmt.format(vals[0])
-    return f"{fmt.format(statistics.median(vals))} [{fmt.format(vals[0])}–{fmt.format(vals[-1])}]"
+    return _report.spread_text([r.get(key) for r in rows], fmt)
 
 
 def _run_groups(widths):
@@ -692,7 +525,7 @@ def markdown(report: dict) -> str:
     widths = report["widths"]
     costs = report["model"]["costs"]
     svm = report["svm"]
-    lines = [f"# Scale simulation\n\n{report['date']} · {report['machine']}\n\nCommand: `{report['command']}`\n"]
+    lines = [_report.header("Scale simulation", report)]
     lines.append("## Simulation: per width and pair cost (median [min–max] over repeats)\n")
     rows = []
     for w, kind, t, rs in _run_groups(widths):
@@ -704,7 +537,7 @@ def markdown(report: dict) -> str:
                      spread(rs, "driver_cpu_per_task_ms"), spread(rs, "driver_cpu_per_result_ms", "{:.3f}"),
                      f"{med(rs, 'driver_share'):.2f}", f"{med(rs, 'host_busy'):.2f}",
                      f"{rs[0]['result_bytes_per_task']:,}", f"{med(rs, 'driver_peak_rss_mb'):.0f}"])
-    lines.append(table(["slots", "run", "t_pair s", "m", "block", "blocks/task", "tasks", "pairs/s", "ideal",
+    lines.append(_report.table(["slots", "run", "t_pair s", "m", "block", "blocks/task", "tasks", "pairs/s", "ideal",
                         "efficiency", "driver CPU ms/task", "driver CPU ms/result", "driver cores",
                         "host busy", "bytes/task", "driver peak MB"], rows))
     lines.append("\n*run*: `default` = default block size and grouping; `1pair` = one pair per task; "
@@ -725,14 +558,14 @@ def markdown(report: dict) -> str:
                      f"{d['submit_s'] / r['wall_s']:.0%}", f"{d['consumer_s'] / r['wall_s']:.0%}",
                      f"{r['driver_cpu_s']:.2f}", f"{cc['raylet']:.2f}", f"{cc['gcs']:.2f}", f"{cc['workers']:.2f}",
                      f"{r['host_busy']:.0%}"])
-    lines.append(table(["slots", "run", "t_pair", "wall s", "slot time in pairs", "tail", "other lost",
+    lines.append(_report.table(["slots", "run", "t_pair", "wall s", "slot time in pairs", "tail", "other lost",
                         "fixed s", "driver: wait", "get", "submit", "reducer+store", "driver CPU s",
                         "raylets CPU s", "GCS CPU s", "workers CPU s", "host busy"], rows))
     lines.append("\n*tail* = slot time idle after the last submission; *other lost* = per-task overhead "
                  "(lease, push, fetch/deserialise, return) and scheduling gaps; driver columns are shares "
                  "of the driver's wall time inside the engine loop.\n")
     lines.append("## Memory and start-up\n")
-    lines.append(table(["slots", "nodes × CPUs", "cluster up s", "workers warm-up s", "worker processes",
+    lines.append(_report.table(["slots", "nodes × CPUs", "cluster up s", "workers warm-up s", "worker processes",
                         "worker RSS MB (median)", "workers RSS total MB", "driver idle CPU/s",
                         "ray.wait µs per pending ref"],
                        [[w["width"], f"{w['nodes']} × {w['cpus_per_node']}", f"{w['cluster_up_s']:.0f}",
@@ -758,7 +591,7 @@ def markdown(report: dict) -> str:
     for r in chk:
         rows.append([r["width"], r["kind"], f"{r['t_pair']:g}", r["repeat"], f"{r['measured']:.2f}",
                      f"{r['predicted']:.2f}", r["bound"]])
-    lines.append(table(["slots", "run", "t_pair", "repeat", "measured eff.", "model eff.", "model bound"], rows))
+    lines.append(_report.table(["slots", "run", "t_pair", "repeat", "measured eff.", "model eff.", "model bound"], rows))
     lines.append("\n## Projection: the paper's SVM (n = 1000, d = 8)\n")
     lines.append(f"Per-pair cost of `raydp.targets.svm` (warm-started pair solver) on this machine: "
                  f"{1e3 * svm['t_pair_s']:.2f} ms CPU [{1e3 * svm['t_pair_min_s']:.2f}–{1e3 * svm['t_pair_max_s']:.2f}], "
@@ -769,7 +602,7 @@ def markdown(report: dict) -> str:
         rows.append([r["gamma"], f"{r['m']:,}", f"{r['core_hours']:.2f}", r["cores"], r["which"], r["block_size"],
                      f"{r['blocks']:,}", r["group"], f"{r['tasks']:,}", f"{r['task_s']:.2f}",
                      f"{r['wall_s']:.1f}", f"{r['efficiency']:.2f}", r["bound"], f"{r['max_slots']:,.0f}"])
-    lines.append(table(["γ", "m", "core-hours", "cores", "block size", "pairs/block", "blocks", "blocks/task",
+    lines.append(_report.table(["γ", "m", "core-hours", "cores", "block size", "pairs/block", "blocks", "blocks/task",
                         "tasks", "task s", "wall s", "efficiency", "bound", "max slots one driver keeps busy"], rows))
     lines.append("\nWidest cluster with projected efficiency ≥ 0.9 at the default block size: " + ", ".join(
         f"γ = {g}: {report['best_width'][str(g)]} cores" for g in GAMMAS) + ".\n")
@@ -781,7 +614,7 @@ def markdown(report: dict) -> str:
                      f"{a['head']} head (AWS us-west-2 list prices; check current ones), every node billed for "
                      f"{a['boot_min']:g} min boot + the run + {a['idle_min']:g} min idle timeout, one slot per vCPU at "
                      "the per-pair cost measured here.\n")
-        lines.append(table(["workers", "slots", "projected wall", "efficiency", "cost per run", "compute alone"],
+        lines.append(_report.table(["workers", "slots", "projected wall", "efficiency", "cost per run", "compute alone"],
                            [[r["workers"], r["slots"], f"{r['wall_s'] / 60:.1f} min", f"{r['efficiency']:.2f}",
                              f"${r['usd']:.2f}", f"${r['usd_compute_only']:.2f}"] for r in cl["rows"]]))
     return "\n".join(lines) + "\n"
@@ -846,21 +679,6 @@ def plot(report: dict, path: str) -> None:
     plt.close(fig)
 
 
-def machine() -> str:
-    import ray
-
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    with open("/proc/meminfo") as f:
-        mem = int(f.readline().split()[1]) / 1024**2
-    return (f"{os.cpu_count()} cores · {cpu} · {mem:.1f} GiB · Python {platform.python_version()} · "
-            f"numpy {np.__version__} · Ray {ray.__version__} · shared VM (other users' load included)")
-
-
 def finish(report: dict, out: str) -> None:
     if "pairs_timed" not in report["svm"]:  # a report from before single pairs were timed
         report["svm"] = measure_svm_pair(65, 2, 3)
@@ -871,12 +689,8 @@ def finish(report: dict, out: str) -> None:
     report["projection"] = project(costs, report["svm"])
     report["best_width"] = {str(g): best_width(costs, report["svm"], g) for g in GAMMAS}
     report["cloud"] = {"assumption": CLOUD, "rows": cloud_costs(costs, report["svm"])}
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "scale_sim.json"), "w") as f:
-        json.dump(report, f, indent=1, default=float)
     md = markdown(report)
-    with open(os.path.join(out, "scale_sim.md"), "w") as f:
-        f.write(md)
+    _report.write(out, "scale_sim", report, md)
     plot(report, os.path.join(out, "scale_sim.png"))
     print(md)
 
@@ -896,13 +710,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per width before giving up")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for scale_sim.{json,md,png}")
     ap.add_argument("--quick", action="store_true", help="one 4-slot cluster of 2 nodes, short runs: plumbing only")
-    ap.add_argument("--old-grouping", action="store_true",
-                    help="model the grouping of blocks into tasks used before issue 14 (for before/after)")
     ap.add_argument("--project-only", action="store_true",
                     help="no cluster: redo the model, projection, table and plot from OUT/scale_sim.json")
     args = ap.parse_args(argv)
-    if args.old_grouping:
-        GROUPING["rule"] = "old"
     if args.project_only:
         with open(os.path.join(args.out, "scale_sim.json")) as f:
             report = json.load(f)
@@ -910,9 +720,7 @@ def main(argv=None) -> int:
         return 0
     if args.quick:
         args.widths, args.nodes, args.pair_costs, args.seconds, args.repeats, args.svm_blocks = [4], 2, [0.01, 0.2], 1.0, 1, 1
-    report = {"command": "python jobs/scale_sim.py " + " ".join(argv),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine(), "node_env": NODE_ENV, "object_store_bytes": OBJECT_STORE_BYTES}
+    report = dict(_report.start("scale_sim", argv), node_env=NODE_ENV, object_store_bytes=OBJECT_STORE_BYTES)
     print("svm: timing raydp.targets.svm per pair ...", file=sys.stderr, flush=True)
     report["svm"] = measure_svm_pair(65, args.svm_blocks, 3 if not args.quick else 1)
     report["widths"] = [run_width(w, args.nodes, args) for w in args.widths]

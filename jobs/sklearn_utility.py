@@ -261,7 +261,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import raydp
     from raydp import SamplerOptions, oracles
-    from raydp.engine.backends import as_backend
     from raydp.errors import InvalidArgumentError
     from raydp.sklearn import PrivateEstimator
     from sklearn.base import clone
@@ -290,12 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(dpl):
             raise InvalidArgumentError(f"--diffprivlib-python {dpl!r} does not exist")
         dpl_note = "diffprivlib: " + dpl
-    options = _common.engine_options(a)
     os.makedirs(a.out, exist_ok=True)
     t_start = time.perf_counter()
     _common.say(a, f"scikit-learn utility: {len(tasks)} tasks, γ={a.gamma:g} (m={plan.m}), δ={a.delta:g}, "
                    f"{a.repeats} repeats, ε in {epsilons}, {_common.where(a)}; {dpl_note}")
-    backend = as_backend(a.backend, options)
 
     rows, delta_rows, versions, dpl_failures = [], [], None, []
     sampling_seconds = 0.0
@@ -320,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(store)
             Xtr, ytr, _, _ = splits[0]
             t0 = time.perf_counter()
-            options = SamplerOptions(seed=a.seed, store=store, backend=backend, progress=not a.quiet)
+            options = _common.options(a, store=store)
             first = PrivateEstimator(model, oracle=oracle, epsilon=epsilons[0], delta=delta, gamma=a.gamma,
                                      options=options).fit(Xtr, ytr)
             sampling_seconds += time.perf_counter() - t0

@@ -123,7 +123,7 @@ def _store_uri(root: str, d: int) -> str:
     return _common.store_uri(root, f"d={d}")
 
 
-def sample_dimension(a, d: int, uri: str, options: dict):
+def sample_dimension(a, d: int, uri: str):
     """Run (or reuse) the m-pair sample for dimension d in ``uri``; return (estimate, seconds)."""
     import raydp
     from raydp import oracles, targets
@@ -133,7 +133,7 @@ def sample_dimension(a, d: int, uri: str, options: dict):
     t0 = time.perf_counter()
     est = raydp.estimate_sensitivity(
         targets.svm(C=a.C), oracles.svm_two_class(d), a.n, mechanism=raydp.Laplace(1.0), m=a.m,
-        seed=a.seed, backend=a.backend, progress=not a.quiet, store=uri, resume=True, **options,
+        options=_common.options(a, store=uri, resume=True),
     )
     return est, time.perf_counter() - t0
 
@@ -210,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     if not gammas:
         raise InvalidArgumentError(f"no requested gamma is admissible with m={a.m}; "
                               f"use gammas >= {min_gamma(a.m):.4g} or a larger --m")
-    options = _common.engine_options(a)
     os.makedirs(a.out, exist_ok=True)
     root = a.store_root or a.out
 
@@ -220,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"{_common.where(a)}")
     for d in dims:
         uri = _store_uri(root, d)
-        est, seconds = sample_dimension(a, d, uri, options)
+        est, seconds = sample_dimension(a, d, uri)
         bound = global_bound(d, a.C, a.n, a.bound)
         for g in gammas:
             e = raydp.load_estimate(uri, gamma=g)

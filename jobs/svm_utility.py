@@ -221,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
 
     oracle = oracles.svm_two_class(a.d)
     target = targets.svm(C=a.C)
-    options = _common.engine_options(a)
     os.makedirs(a.out, exist_ok=True)
     root = a.store_root or a.out
     t_start = time.perf_counter()
@@ -238,9 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(uri)
         t0 = time.perf_counter()
         # Laplace(1): only the norm (ℓ1) matters for Δ̂; ε is chosen at release time
-        est = raydp.estimate_sensitivity(target, oracle, a.n, mechanism=raydp.Laplace(1.0), seed=seed,
-                                         backend=a.backend, progress=not a.quiet, store=uri, resume=True,
-                                         **plan_args, **options)
+        est = raydp.estimate_sensitivity(target, oracle, a.n, mechanism=raydp.Laplace(1.0), **plan_args,
+                                         options=_common.options(a, seed=seed, store=uri, resume=True))
         sampling_seconds += time.perf_counter() - t0
         if not math.isfinite(est.sensitivity):
             raise InvalidArgumentError(f"{est.failures} of {p.m} pairs failed: the sampled sensitivity is infinite")

@@ -100,8 +100,10 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
 _BACKEND_FLAGS = {"address": "--address", "num_cpus": "--num-cpus", "task_timeout": "--task-timeout"}
 
 
-def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = None) -> None:
-    """The flags of :class:`raydp.SamplerOptions` (and of the Ray backend it may use)."""
+def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = None,
+                      store_aliases: tuple[str, ...] = ("--out",)) -> None:
+    """The flags of :class:`raydp.SamplerOptions` (and of the Ray backend it may use): one definition for
+    ``raydp estimate`` and every job."""
     g = parser.add_argument_group("how the pairs are sampled (raydp.SamplerOptions)")
     g.add_argument("--seed", type=int, default=seed_default,
                    help="fixes every G value with the block size" + (f" (default: {seed_default})"
@@ -120,8 +122,9 @@ def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = 
     g.add_argument("--strict", action="store_true", help="stop on the first failing pair")
     g.add_argument("--quiet", action="store_true", help="no progress display")
     if store:
-        g.add_argument("--store", "--out", dest="store",
-                       help="store URI: local path or pyarrow filesystem URI (s3://...) (--out is the old name)")
+        g.add_argument("--store", *store_aliases, dest="store",
+                       help="store URI: local path or pyarrow filesystem URI (s3://...)"
+                            + (f" ({', '.join(store_aliases)}: the old name)" if store_aliases else ""))
         g.add_argument("--resume", action="store_true", help="continue the run stored at --store")
 
 

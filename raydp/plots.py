@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import InvalidArgumentError
 
-__all__ = ["plot_cdf"]
+__all__ = ["plot_cdf", "pyplot"]
 
 NORM_LABELS = {"l1": "ℓ1", "l2": "ℓ2", "linf": "ℓ∞"}
 # Above this many finite values the CDF is drawn through quantile-spaced points (plus the exact
@@ -28,7 +28,8 @@ _MAX_PLOTTED = 20_000
 _LOG_DECADES = 6
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (files, no screen), or one line saying how to install it."""
     try:
         import matplotlib
     except ImportError:
@@ -83,7 +84,7 @@ def plot_cdf(estimate, path) -> str:
     :func:`raydp.load_estimate`); without it only the exactly known upper tail (the m − k + 1
     largest G, if at least two) is drawn.
     """
-    plt = _pyplot()
+    plt = pyplot()
     values, levels, failures, tail_only = _cdf_points(estimate)
     p = estimate.plan
     delta = float(estimate.sensitivity)

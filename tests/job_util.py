@@ -19,7 +19,14 @@ def run_job(name, *args, cwd, timeout=180, env_extra=None):
 
 
 def load_job(name):
+    """Import ``jobs/<name>.py`` as ``python jobs/<name>.py`` would see it: with its own directory first on
+    ``sys.path`` (for ``_common``, ``_plots``, ...) while it is imported, and only then — the jobs are
+    not a package the tests can import otherwise (they are not on pytest's ``pythonpath``)."""
     spec = importlib.util.spec_from_file_location(f"job_{name}", JOBS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.path.insert(0, str(JOBS))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(JOBS))
     return mod

@@ -187,7 +187,7 @@ def test_plot_cdf_without_matplotlib_says_how_to_install(small_estimate, tmp_pat
 
 
 def test_save_table_markdown(tmp_path):
-    from _plots import save_table_markdown
+    save_table_markdown = load_job("_plots").save_table_markdown
 
     rows = [{"d": 8, "gamma": 0.05, "sensitivity": 0.0083187, "note": "a|b"},
             {"d": 16, "gamma": 0.1, "sensitivity": float("inf")}]

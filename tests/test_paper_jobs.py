@@ -73,7 +73,7 @@ def test_example6_figure4_claim_estimates_approach_exact_sensitivity(example6_ru
 
 
 def test_example6_plot_redraws_from_parquet(example6_run, tmp_path):
-    from _plots import plot_example6
+    plot_example6 = load_job("_plots").plot_example6
 
     out, _ = example6_run
     path = plot_example6(pq.read_table(out / "example6.parquet"), tmp_path / "again.png")
@@ -171,7 +171,7 @@ def test_kde_tv_helper():
 
 
 def test_kde_plot_redraws_from_parquet(kde_run, tmp_path):
-    from _plots import plot_kde_tv
+    plot_kde_tv = load_job("_plots").plot_kde_tv
 
     out, _ = kde_run
     path = plot_kde_tv(pq.read_table(out / "kde_bernstein.parquet"), tmp_path / "again.png")

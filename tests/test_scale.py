@@ -1,4 +1,4 @@
-"""Scaling out: the cost model and projection of ``jobs/scale_sim.py``, the Ray engine's default
+"""Scaling out: the cost model (:mod:`raydp.engine.costmodel`) that ``jobs/scale_sim.py`` fits and projects, the Ray engine's default
 grouping of blocks into tasks, and (marked slow) a ``--quick`` simulation on a real 2-node cluster.
 
 The model's formulas are checked against hand-computed cases; the grouping against the wave
@@ -12,10 +12,11 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-import scale_sim as sim
+import raydp.engine.costmodel as sim
 from raydp.engine.ray import default_group_size, wave_fill
 
 COSTS = sim.Costs(c_task=1e-3, c_result=2e-5, c_inflight=0.0, o_task=0.0, fixed=0.0)
@@ -25,11 +26,6 @@ def test_layout_is_the_engine_default_grouping():
     assert sim.layout(1000, 10, 5) == (100, 5, 20)  # 100 blocks, ⌈100/(4·5)⌉ = 5 per task, 20 tasks
     # 101 blocks: 6 per task would leave the 4th wave 2/5 full (0.84 of slot time); 3 per task fill 7 waves (0.96)
     assert sim.layout(1001, 10, 5) == (101, 3, 34)
-    sim.GROUPING["rule"] = "old"
-    try:
-        assert sim.layout(1001, 10, 5) == (101, 6, 17)
-    finally:
-        sim.GROUPING["rule"] = "engine"
     assert sim.layout(10, 1, 8) == (10, 1, 10)  # fewer blocks than 4 per slot: one block per task
     assert sim.layout(1000, 10, 5, group_size=7) == (100, 7, 15)
 
@@ -123,7 +119,8 @@ def test_default_group_size_examples():
 def test_scale_sim_quick_on_a_real_cluster(tmp_path):
     """The whole simulation at toy size: a 2-node loopback cluster of 4 slots, every kind of run,
     the model fitted and checked, the projection, the table and the plot."""
-    p = subprocess.run([sys.executable, str(sim.__file__), "--quick", "--out", str(tmp_path)],
+    job = Path(__file__).resolve().parent.parent / "jobs" / "scale_sim.py"
+    p = subprocess.run([sys.executable, str(job), "--quick", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     report = json.loads((tmp_path / "scale_sim.json").read_text())

@@ -1,0 +1,175 @@
+"""A cost model of the Ray backend: how long a run takes on S slots, and what limits it.
+
+A run of m pairs at t_pair seconds each, in blocks of b pairs grouped g to a task, is T tasks of
+τ = g·b·t_pair + o_task seconds. They run in waves on the slots, unless the driver — at d seconds of
+its own time per task — cannot hand them out and collect them that fast:
+
+    wall = fixed + max(W·τ + tail,  T·d + τ),   W = ⌈T / S⌉,   d = c_task + g·c_result + c_inflight·in_flight
+
+:class:`Costs` holds the driver's and the slots' per-task costs; ``jobs/scale_sim.py`` measures them on
+a simulated wide cluster (:func:`fit_costs`), checks :func:`predict` against every simulated run and
+projects to 1 000 cores. The model never decides anything in the engine: the default block size and
+grouping depend only on the run (n, m, target kind), never on the machine, so a result is reproducible.
+
+>>> c = Costs(c_task=1e-3, c_result=2e-5, c_inflight=0.0, o_task=0.0, fixed=0.0)
+>>> round(predict(c, m=256 * 200, t_pair=0.01, block_size=200, slots=64)["efficiency"], 3)
+1.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Costs", "layout", "predict", "max_slots", "driver_seconds_per_task", "recommended_block_size",
+           "fit_costs", "fit_host", "tail_loss"]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The model's parameters, all in seconds.
+
+    c_task     driver CPU per task (submit, wait, get, Ray's owner-side bookkeeping)
+    c_result   driver CPU per block result (deserialise, reducer, store, progress)
+    c_inflight driver CPU per task per task in flight (``ray.wait`` looks at every pending ref)
+    o_task     slot time per task beyond its pairs (lease, push, fetch and deserialise the job,
+               return the result)
+    fixed      wall time of a run around its tasks with warm workers (probe, put, first lease, store)
+    driver_share  the share of one core the driver may spend (1: a core of its own)
+    """
+
+    c_task: float
+    c_result: float
+    c_inflight: float
+    o_task: float
+    fixed: float
+    driver_share: float = 1.0
+
+
+def layout(m: int, block_size: int, slots: int, group_size: int | None = None, per_slot: int = 4) -> tuple[int, int, int]:
+    """(blocks, blocks per task, tasks) under the Ray backend's default grouping (at least ``per_slot`` tasks per slot)."""
+    from .ray import default_group_size
+
+    blocks = -(-m // block_size)
+    g = group_size or default_group_size(blocks, slots, per_slot)
+    return blocks, g, -(-blocks // g)
+
+
+def driver_seconds_per_task(c: Costs, g: int, in_flight: int) -> float:
+    """d = c_task + g·c_result + c_inflight·in_flight: the driver's time per task of g blocks."""
+    return c.c_task + g * c.c_result + c.c_inflight * in_flight
+
+
+def max_slots(c: Costs, t_pair: float, block_size: int, g: int, in_flight_per_slot: float = 2.0) -> float:
+    """The largest number of slots one driver keeps busy: S with S·d(S) = τ·driver_share.
+
+    τ = g·b·t_pair + o_task is a task's slot time; while it runs the driver must handle the S − 1
+    other tasks' completions, each costing d(S) = c_task + g·c_result + c_inflight·(in_flight_per_slot·S).
+    Solves c_inflight·k·S² + (c_task + g·c_result)·S − τ·share = 0.
+    """
+    tau = g * block_size * t_pair + c.o_task
+    a = c.c_inflight * in_flight_per_slot
+    b = c.c_task + g * c.c_result
+    if a <= 0:
+        return tau * c.driver_share / b
+    return (-b + math.sqrt(b * b + 4 * a * tau * c.driver_share)) / (2 * a)
+
+
+def predict(c: Costs, m: int, t_pair: float, block_size: int, slots: int, group_size: int | None = None,
+            max_in_flight: int | None = None, cv_task: float = 0.0, host: tuple | None = None) -> dict:
+    """Wall time and efficiency of one run.
+
+    wall = fixed + max(W·τ + τ·cv·√(2 ln S'),  T·d + τ),  W = ⌈T / S'⌉,  S' = min(S, T)
+
+    T tasks of τ seconds each run in W waves on S' slots (the last one partly empty when T is not a
+    multiple of S'; with task times of relative spread cv the slowest of S' adds ≈ cv·√(2 ln S')
+    task times), unless the driver, at d seconds per task, cannot complete them that fast (T·d).
+    Efficiency = m·t_pair / (S·wall): the share of slot time spent in pairs.
+    """
+    blocks, g, tasks = layout(m, block_size, slots, group_size)
+    in_flight = min(tasks, max_in_flight or 2 * slots)
+    tau = g * block_size * t_pair + c.o_task
+    d = driver_seconds_per_task(c, g, in_flight) / c.driver_share
+    s_used = min(slots, tasks)
+    waves = -(-tasks // s_used)
+    slot_bound = waves * tau + tau * cv_task * math.sqrt(2 * math.log(max(s_used, 1)))
+    driver_bound = tasks * d + tau
+    host_bound = 0.0 if host is None else (tasks * host[1] + m * host[2]) / host[0]
+    wall = c.fixed + max(slot_bound, driver_bound, host_bound)
+    bound = max((slot_bound, "tasks" if tasks < slots else "slots"), (driver_bound, "driver"), (host_bound, "host"))[1]
+    return {"blocks": blocks, "group": g, "tasks": tasks, "tau_s": tau, "driver_s_per_task": d,
+            "max_slots": max_slots(c, t_pair, block_size, g), "wall_s": wall,
+            "bound": bound,
+            "efficiency": m * t_pair / (slots * wall)}
+
+
+def recommended_block_size(c: Costs, m: int, t_pair: float, slots: int, n: int, cv_pair: float = 0.0) -> int:
+    """The block size with the best projected efficiency on ``slots`` (the larger on a tie), within the
+    default's records-per-block cap (65 536 records). Passing it changes the run's identity (another,
+    equally valid sample); the default block size never depends on the cluster."""
+    from .blocks import _RECORDS_PER_BLOCK
+
+    cap = max(1, _RECORDS_PER_BLOCK // (n + 1))
+    best, best_e = 1, -1.0
+    for bs in range(1, min(cap, m) + 1):
+        g = layout(m, bs, slots)[1]
+        e = predict(c, m, t_pair, bs, slots, cv_task=cv_pair / math.sqrt(g * bs))["efficiency"]
+        if e >= best_e - 1e-12:
+            best, best_e = bs, e
+    return best
+
+
+def _nnls(a: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Non-negative least squares (costs are never negative): (coefficients, R², median relative error)."""
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(a, y)
+    resid = y - a @ coef
+    r2 = float(1 - (resid @ resid) / max(((y - y.mean()) @ (y - y.mean())), 1e-30))
+    return coef, r2, float(np.median(np.abs(resid) / np.maximum(y, 1e-9)))
+
+
+def fit_costs(runs: list[dict]) -> dict:
+    """Driver CPU = c_run + c_task·tasks + c_result·results + c_idle·wall over the runs (costs ≥ 0)."""
+    a = np.array([[1.0, r["tasks"], r["results"], r["wall_s"]] for r in runs], dtype=float)
+    y = np.array([r["driver_cpu_s"] for r in runs], dtype=float)
+    coef, r2, err = _nnls(a, y)
+    return {"c_run": float(coef[0]), "c_task": float(coef[1]), "c_result": float(coef[2]), "c_idle": float(coef[3]),
+            "r2": r2, "rel_err_median": err}
+
+
+def fit_host(runs: list[dict]) -> dict:
+    """CPU of every process of the run (driver, raylets, GCS, workers, agents) = h_run + h_task·tasks + h_pair·m.
+
+    On this 2-core VM that is what limits the narrow tasks of a wide simulated cluster; on a real
+    cluster each node brings its own cores, so the projection leaves it out.
+    """
+    a = np.array([[1.0, r["tasks"], r["m"]] for r in runs], dtype=float)
+    y = np.array([r["driver_cpu_s"] + sum(r["cluster_cpu_s"].values()) for r in runs], dtype=float)
+    coef, r2, err = _nnls(a, y)
+    return {"h_run": float(coef[0]), "h_task": float(coef[1]), "h_pair": float(coef[2]), "r2": r2,
+            "rel_err_median": err}
+
+
+def tail_loss(submitted: list, done: list, slots: int, end: float) -> float:
+    """Slot-seconds idle after the last submission: ∫ (S − min(in flight, S)) dt from then to ``end``."""
+    if not submitted:
+        return 0.0
+    t_last = max(submitted)
+    events = sorted([(t, 1) for t in submitted] + [(t, -1) for t in done])
+    level, t_prev, lost = 0, None, 0.0
+    for t, step in events:
+        if t_prev is not None and t_prev >= t_last:
+            lost += (slots - min(level, slots)) * (t - t_prev)
+        elif t_prev is not None and t > t_last:
+            lost += (slots - min(level, slots)) * (t - t_last)
+        level += step
+        t_prev = t
+    if t_prev is not None and end > t_prev:
+        lost += (slots - min(level, slots)) * (end - max(t_prev, t_last))
+    return lost
+
+
+# ----------------------------------------------------------------------------- the driver process

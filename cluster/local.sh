@@ -7,7 +7,7 @@
 #   cluster/local.sh kill-worker I    SIGKILL worker node I (1-based) -- fault injection
 #   cluster/local.sh down             stop everything `up` started (idempotent)
 #
-# A thin wrapper around `python -m raydp.local_cluster` (raydp/local_cluster.py), whose docstring
+# A thin wrapper around `python -m raydp.local_cluster` (the package raydp/local_cluster/), whose docstring
 # lists every RAYDP_* setting, the state files, token auth and loopback. Python: $RAYDP_PYTHON,
 # else the one next to `ray` on PATH (the same venv), else python3.
 set -euo pipefail

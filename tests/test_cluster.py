@@ -34,7 +34,8 @@ jsonschema = pytest.importorskip("jsonschema")
 ray = pytest.importorskip("ray")
 
 from cluster_util import LOCAL_SH, REPO, Cluster, local_cluster, venv_path_env, wait_gone
-from raydp.local_cluster import _free_ports, session_pids
+from raydp.local_cluster import session_pids
+from raydp.local_cluster.net import free_ports as _free_ports
 
 CLUSTER_DIR = REPO / "cluster"
 
@@ -427,6 +428,10 @@ def test_command_line_end_to_end(tmp_path):
         assert re.search(r"^  head \d+ \d+ [0-9a-f]+ yes$", p.stdout, re.M), p.stdout
         p = _cli(["kill-worker", "2"], env)
         assert p.returncode == 1 and "no worker2 recorded" in p.stderr
+        # issue 19: killing it again is not "killed" with exit 0 — nothing of it was alive
+        p = _cli(["kill-worker", "1"], env, sh=True)
+        assert p.returncode == 1 and "killed worker1" not in p.stderr, p.stderr
+        assert "worker1 is not running (already stopped or killed)" in p.stderr and "status` lists" in p.stderr
 
         # a job still running at `down` (its driver lives in a session of its own): stopped too
         p = subprocess.run(["bash", "-c", shell + "ray job submit --no-wait -- python -c "

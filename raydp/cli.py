@@ -97,7 +97,8 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
 # ---------------------------------------------------------------------------------------------------
 # The sampler's options on a command line: the same flags for `raydp estimate` and every job.
 
-_BACKEND_FLAGS = {"address": "--address", "num_cpus": "--num-cpus", "task_timeout": "--task-timeout"}
+_BACKEND_FLAGS = {"address": "--address", "num_cpus": "--num-cpus", "task_timeout": "--task-timeout",
+                  "connect_timeout": "--connect-timeout"}
 
 
 def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = None,
@@ -117,6 +118,9 @@ def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = 
                    help="CPUs of the embedded Ray started when there is no cluster (default: all)")
     g.add_argument("--task-timeout", type=float, metavar="SECONDS",
                    help="ray backend: kill a task that runs longer; its pairs count as failures")
+    g.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+                   help="with --address or RAY_ADDRESS: fail in one line when no Ray cluster answers there "
+                        "within this time (default: 30)")
     g.add_argument("--pair-timeout", type=float, metavar="SECONDS",
                    help="a pair whose evaluation takes longer counts as a failure (G = +inf)")
     g.add_argument("--strict", action="store_true", help="stop on the first failing pair")

@@ -35,6 +35,7 @@ from ..validation import check_int, check_real
 from .blocks import BlockResult, PairJob, check_timeout
 from .local import groups_of
 from .protocol import Backend
+from .reach import DEFAULT_CONNECT_TIMEOUT, check_reachable
 from .loopback import LOOPBACK_HOST, loopback_only
 
 _remote_cache: dict = {}
@@ -128,11 +129,15 @@ def default_group_size(blocks: int, slots: int, per_slot: int = 4, tolerance: fl
     return max(g for g in candidates if wave_fill(blocks, slots, g) >= best - tolerance)
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+def ensure_ray(address: str | None = None, num_cpus: int | None = None,
+               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
     """Connect to a Ray cluster, or start an embedded one bound to 127.0.0.1.
 
-    ``address`` (or ``RAY_ADDRESS``, set inside ``ray job submit``) selects a running cluster.
-    Without one, an embedded Ray is started in this process with ``num_cpus`` CPUs (default: all).
+    ``address`` (or ``RAY_ADDRESS``, set inside ``ray job submit``) selects a running cluster; within
+    ``connect_timeout`` seconds something must answer there like a Ray cluster, else
+    :class:`EngineError` (:func:`raydp.engine.reach.check_reachable`; ``ray.init`` alone would retry
+    for many minutes). Without one, an embedded Ray is started in this process with ``num_cpus`` CPUs
+    (default: all).
     """
     import ray
 
@@ -147,6 +152,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs = dict(log_to_driver=True, configure_logging=False)
     if address:
+        check_reachable(address, connect_timeout)
         try:
             ray.init(address=address, **kwargs)
         except Exception as exc:
@@ -184,6 +190,9 @@ class RayBackend(Backend):
     - ``max_retries``: Ray's retries of a task whose worker died.
     - ``task_timeout`` (seconds): a task still running that long after submission is killed and every
       pair of its blocks counts as a failure, G = +∞.
+    - ``connect_timeout`` (seconds, default 30): with an address, something must answer there like a
+      Ray cluster within that time, else :class:`~raydp.errors.EngineError` — a wrong address is one
+      line, never a hang (:mod:`raydp.engine.reach`: what it bounds and what it does not).
 
     >>> RayBackend(num_cpus=2).num_cpus
     2
@@ -197,6 +206,7 @@ class RayBackend(Backend):
     max_in_flight: int | None = None
     max_retries: int = 3
     task_timeout: float | None = None
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
 
     name = "ray"
 
@@ -211,11 +221,13 @@ class RayBackend(Backend):
                 check_int(getattr(self, name), name, min_value=1)
         check_int(self.max_retries, "max_retries", min_value=0)
         object.__setattr__(self, "task_timeout", check_timeout("task_timeout", self.task_timeout))
+        object.__setattr__(self, "connect_timeout", check_real(self.connect_timeout, "connect_timeout", min_value=0,
+                                                               include_min=False))
 
     # ---- the cluster ------------------------------------------------------------------------
     def connect(self) -> None:
         """Join the cluster, or start the embedded Ray (idempotent)."""
-        ensure_ray(self.address, self.num_cpus)
+        ensure_ray(self.address, self.num_cpus, self.connect_timeout)
 
     def slots(self) -> int:
         """How many tasks of ``cpus_per_task`` fit on the cluster at once."""

@@ -529,9 +529,19 @@ def test_no_private_data_in_output_store_or_ray_logs(tmp_path, cluster):
 
 
 @pytest.mark.slow
+def _raydp_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("raydp:")]
+
+
+# Ray's own fatal check, seen under load when the driver exits with tasks still being cancelled
+# (issue 19): its C++ stack trace is Ray's output, not raydp's, and may change the exit status.
+_RAY_FATAL = ("Tried to complete task that was not pending", "Check failed")
+
+
 def test_strict_ray_run_does_not_print_target_messages(tmp_path, cluster):
     """--strict through Ray with a target that fails on about half of all pairs (naming the record):
-    only raydp's one-line error may reach the output, never the target's message."""
+    raydp prints exactly one line, its strict-mode error, and the target's message appears nowhere in
+    the output — whatever else Ray itself prints (log lines, worker prefixes, a C++ stack trace)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -545,7 +555,11 @@ def test_strict_ray_run_does_not_print_target_messages(tmp_path, cluster):
                   "--gamma", 0.2, "--seed", 2,  # seed 2: the probe database is accepted
                   "--backend", "ray", "--address", cluster.address, "--out", tmp_path / f"s{attempt}",
                   "--strict", "--quiet"], env)
-        assert r.returncode == 2 and "target raised: ValueError (strict mode)" in r.stderr, r.stderr[-3000:]
+        ours = _raydp_lines(r.stderr)
+        assert len(ours) == 1 and ours[0].startswith("raydp: error: ") and ours[0].endswith(
+            "target raised: ValueError (strict mode)"), r.stderr[-3000:]
+        ray_crashed = any(sig in r.stderr for sig in _RAY_FATAL)
+        assert r.returncode == 2 or (ray_crashed and r.returncode != 0), (r.returncode, r.stderr[-3000:])
         assert not _hits((r.stdout + r.stderr).encode(), f"attempt {attempt}"), r.stderr[-3000:]
 
 

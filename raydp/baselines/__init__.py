@@ -2,20 +2,20 @@
 
 Every release function returns a :class:`BaselineRelease` whose ``notion`` states its privacy:
 
-==========================================  ==============================================  ============
-function                                    method (source)                                 notion
-==========================================  ==============================================  ============
-:func:`global_median_release`,              Laplace at global sensitivity (DMNS 2006)       ε-DP
+=========================================  ================================================  ==========
+function                                   method (source)                                   notion
+=========================================  ================================================  ==========
+:func:`global_median_release`,             Laplace at global sensitivity (DMNS 2006)         ε-DP
 :func:`global_mean_release`
-:func:`smooth_median_release` (δ = 0)       smooth sensitivity + Cauchy-like noise (NRS07)  ε-DP
-:func:`smooth_median_release` (δ > 0)       smooth sensitivity + Laplace noise (NRS07)      (ε, δ)-DP
-:func:`ptr_median`                          propose-test-release (Dwork & Lei 2009)         (ε, δ)-DP
-:func:`sample_and_aggregate`                blocks on Ray + widened Winsorized mean         ε-DP
-                                            (NRS07 §4, Smith 2011)
-:func:`exponential_quantile`                exponential mechanism on a grid (McSherry &     ε-DP
-                                            Talwar 2007)
-:func:`inverse_sensitivity_median`          inverse sensitivity on a grid (Asi & Duchi 2020) ε-DP
-==========================================  ==============================================  ============
+:func:`smooth_median_release` (δ = 0)      smooth sensitivity + Cauchy-like noise (NRS07)    ε-DP
+:func:`smooth_median_release` (δ > 0)      smooth sensitivity + Laplace noise (NRS07)        (ε, δ)-DP
+:func:`ptr_median`                         propose-test-release (Dwork & Lei 2009)           (ε, δ)-DP
+:func:`sample_and_aggregate`               blocks on Ray + widened Winsorized mean           ε-DP
+                                           (NRS07 §4, Smith 2011)
+:func:`exponential_quantile`               exponential mechanism on a grid (McSherry &       ε-DP
+                                           Talwar 2007)
+:func:`inverse_sensitivity_median`         inverse sensitivity on a grid (Asi & Duchi 2020)  ε-DP
+=========================================  ================================================  ==========
 
 For contrast, raydp's own Sample-Then-Respond with a sampled Δ̂ is (ε, δ, γ)-*random* DP: the
 guarantee holds for all but a γ fraction of neighbouring databases drawn from the oracle.

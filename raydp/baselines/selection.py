@@ -3,7 +3,7 @@ sensitivity mechanism for the median. Both are **ε-DP** and both are sampled in
 
 Exponential mechanism (McSherry & Talwar, FOCS 2007; lecture seed 004): over responses t in a
 finite set, ``P(t) ∝ exp(ε·u(x, t) / (2Δu))``. For the q-quantile on a grid (as in Smith 2011 and
-Gillenwater, Joseph & Kulesza 2021, here restricted to grid points)
+Gillenwater, Joseph & Kulesza 2021, here restricted to grid points)::
 
     u(x, t) = −| #{i : x_i ≤ t} − q·n |,     Δu = 1
 

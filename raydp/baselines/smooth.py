@@ -7,8 +7,8 @@ Two admissible choices are offered:
 =====================  =================================  ============  ===================  =========
 noise                  density of Z                       α             β                    notion
 =====================  =================================  ============  ===================  =========
-Cauchy-like, γ > 1     h(z) ∝ 1/(1 + |z|^γ)               ε/(4γ)        ε/γ                  ε-DP
-Laplace                h(z) = ½ e^{−|z|}                  ε/2           ε/(2 ln(2/δ))        (ε, δ)-DP
+Cauchy-like, γ > 1     ``h(z) ∝ 1/(1 + |z|^γ)``           ε/(4γ)        ε/γ                  ε-DP
+Laplace                ``h(z) = ½ e^{−|z|}``              ε/2           ε/(2 ln(2/δ))        (ε, δ)-DP
 =====================  =================================  ============  ===================  =========
 
 (NRS Lemma 2.10 for the first row — also lecture seed 003, slide 22: "α = ε/4γ, S* is ε/γ smooth";
@@ -94,7 +94,7 @@ def _envelope(exponent: float) -> float:
 
 
 def admissible_noise(size: int, exponent: float = 4.0) -> np.ndarray:
-    """``size`` iid draws of Z with density ∝ 1/(1 + |z|^γ), γ = ``exponent`` ≥ 2 (OpenDP randomness).
+    """``size`` iid draws of Z with density ``∝ 1/(1 + |z|^γ)``, γ = ``exponent`` ≥ 2 (OpenDP randomness).
 
     Rejection sampling from a Cauchy proposal built from OpenDP Gaussians, accepted with an
     OpenDP-Laplace-derived exponential variate (see the module docstring, including its

@@ -158,7 +158,7 @@ class PairJob:
 
     # ---- databases -------------------------------------------------------------------------
     def draw(self, block_index: int) -> tuple[np.ndarray, int]:
-        """Records of a block, shaped (pairs_in_block, n + 1, *record_shape)."""
+        """Records of a block, shaped ``(pairs_in_block, n + 1, *record_shape)``."""
         start, pairs = self.layout.start(block_index), self.layout.pairs(block_index)
         if pairs <= 0:
             raise ValueError(f"block {block_index} is past m={self.m}")

@@ -31,13 +31,13 @@ __all__ = ["Costs", "layout", "predict", "max_slots", "driver_seconds_per_task",
 class Costs:
     """The model's parameters, all in seconds.
 
-    c_task     driver CPU per task (submit, wait, get, Ray's owner-side bookkeeping)
-    c_result   driver CPU per block result (deserialise, reducer, store, progress)
-    c_inflight driver CPU per task per task in flight (``ray.wait`` looks at every pending ref)
-    o_task     slot time per task beyond its pairs (lease, push, fetch and deserialise the job,
-               return the result)
-    fixed      wall time of a run around its tasks with warm workers (probe, put, first lease, store)
-    driver_share  the share of one core the driver may spend (1: a core of its own)
+    - ``c_task``: driver CPU per task (submit, wait, get, Ray's owner-side bookkeeping);
+    - ``c_result``: driver CPU per block result (deserialise, reducer, store, progress);
+    - ``c_inflight``: driver CPU per task per task in flight (``ray.wait`` looks at every pending ref);
+    - ``o_task``: slot time per task beyond its pairs (lease, push, fetch and deserialise the job,
+      return the result);
+    - ``fixed``: wall time of a run around its tasks with warm workers (probe, put, first lease, store);
+    - ``driver_share``: the share of one core the driver may spend (1: a core of its own).
     """
 
     c_task: float

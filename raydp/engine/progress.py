@@ -47,6 +47,15 @@ def _in_notebook() -> bool:
         return False
 
 
+def _has_widgets() -> bool:
+    """ipywidgets present: tqdm's notebook bar works (without it tqdm.auto warns and falls back)."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _eta(seconds: float) -> str:
     from tqdm import tqdm
 
@@ -80,7 +89,10 @@ class Progress:
         if live is None:
             live = _in_notebook() or bool(getattr(self.stream, "isatty", lambda: False)())
         if live:
-            from tqdm.auto import tqdm
+            from tqdm import tqdm
+
+            if _in_notebook() and _has_widgets():
+                from tqdm.notebook import tqdm
 
             self._bar = tqdm(total=self.total, unit="pair", unit_scale=True, file=self.stream, leave=True,
                              dynamic_ncols=True, desc="raydp", delay=self.delay)

@@ -25,22 +25,24 @@ recorded in ``$RAYDP_CLUSTER_DIR/nodes``. ``down`` and ``kill-worker`` stop that
 kill-worker: SIGKILL at once). ``ray stop`` is deliberately NOT used: it kills every Ray process on the
 machine, including e.g. a test's ``ray.init()``.
 
-Environment (all optional; command line / :meth:`LocalCluster.from_env`):
-  RAYDP_CLUSTER_DIR          state dir (default $HOME/.raydp/local-cluster)
-  RAYDP_PORT                 GCS port (default 6390; not Ray's 6379, to stay clear of ray.init)
-  RAYDP_DASHBOARD_PORT       dashboard / job-submission HTTP port (default 8265)
-  RAYDP_CLIENT_PORT          Ray Client server port (default RAYDP_PORT+1)
-  RAYDP_CPUS_PER_NODE        --num-cpus of every node (default 1)
-  RAYDP_OBJECT_STORE_BYTES   --object-store-memory of every node (default 200000000)
-  RAYDP_RAY_TEMP_DIR         Ray --temp-dir (default $RAYDP_CLUSTER_DIR/ray, or /tmp/raydp-ray-PORT
-                             when that path is too long for Unix socket names)
-  RAYDP_UP_TIMEOUT           seconds to wait for a node to start and for all to register (default 90)
-  RAYDP_STOP_GRACE           seconds between SIGTERM and SIGKILL in `down` (default 3)
-  RAYDP_KEEP_LOGS=1          `down` keeps the Ray temp dir (logs) instead of deleting it
-  RAY_AUTH_TOKEN             use this token instead of generating/reusing $RAYDP_CLUSTER_DIR/token
-  RAYDP_RAY                  the `ray` CLI to use (default: `ray` on PATH)
-  RAYDP_LOOPBACK             1 (default): every node advertises and binds 127.0.0.1 (see below);
-                             0: Ray's stock behaviour (advertise the primary interface address)
+Environment (all optional; command line / :meth:`LocalCluster.from_env`)::
+
+    RAYDP_CLUSTER_DIR          state dir (default $HOME/.raydp/local-cluster)
+    RAYDP_PORT                 GCS port (default 6390; not Ray's 6379, to stay clear of ray.init)
+    RAYDP_DASHBOARD_PORT       dashboard / job-submission HTTP port (default 8265)
+    RAYDP_CLIENT_PORT          Ray Client server port (default RAYDP_PORT+1)
+    RAYDP_CPUS_PER_NODE        --num-cpus of every node (default 1)
+    RAYDP_OBJECT_STORE_BYTES   --object-store-memory of every node (default 200000000)
+    RAYDP_RAY_TEMP_DIR         Ray --temp-dir (default $RAYDP_CLUSTER_DIR/ray, or /tmp/raydp-ray-PORT
+                               when that path is too long for Unix socket names)
+    RAYDP_UP_TIMEOUT           seconds to wait for a node to start and for all to register (default 90)
+    RAYDP_STOP_GRACE           seconds between SIGTERM and SIGKILL in `down` (default 3)
+    RAYDP_KEEP_LOGS=1          `down` keeps the Ray temp dir (logs) instead of deleting it
+    RAY_AUTH_TOKEN             use this token instead of generating/reusing $RAYDP_CLUSTER_DIR/token
+    RAYDP_RAY                  the `ray` CLI to use (default: `ray` on PATH)
+    RAYDP_LOOPBACK             1 (default): every node advertises and binds 127.0.0.1 (see below);
+                               0: Ray's stock behaviour (advertise the primary interface address)
+
 Any other RAY_* variables (e.g. RAY_health_check_period_ms) are passed through to the nodes.
 ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` defaults to 0 for the nodes: ``ray start --block`` would
 otherwise drain for up to 30 s on SIGTERM; 0 gives the immediate teardown of a plain ``ray start``.

@@ -50,7 +50,7 @@ class Laplace(Mechanism):
     def exact_privacy(self, value, value_prime, sensitivity: float, *, claim=None) -> dict:
         """Exact ε(δ) and δ(ε) on a pair that differs in one coordinate by d (else both None).
 
-        With ε_t = |d|/b: ``δ(ε) = 1 − e^{−(ε_t − ε)/2}`` for ε < ε_t (0 above) and
+        With ``ε_t = |d|/b``: ``δ(ε) = 1 − e^{−(ε_t − ε)/2}`` for ε < ε_t (0 above) and
         ``ε(δ) = ε_t + 2 log(1 − δ)`` (clipped at 0).
 
         >>> Laplace(1.0).exact_privacy(0.0, 1.0, 1.0)

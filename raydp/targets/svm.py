@@ -92,7 +92,7 @@ class SVM:
         solve the same problem as ``__call__`` with its bias convention, so they agree with it to
         libsvm's tolerance (ℓ1 ≤ ~1e-6 on Figure-5/6 data); the identity is therefore unchanged.
         Invalid databases raise exactly what ``__call__`` raises. With a lowered ``max_iter``
-        (below the default) pair() is just two ``__call__``s, so that libsvm's iteration cap and
+        (below the default) pair() is just two calls of ``__call__``, so that libsvm's iteration cap and
         its TargetError apply to every database exactly as without pairs.
         """
         db, dbp = _svm_clean(database), _svm_clean(database_prime)

@@ -15,7 +15,7 @@ records** (:func:`median_of_uniforms_cdf`)::
 an atom of mass r/n at 0 and, given G > 0, G ~ Beta(1, n + 1). Derivation: let S be the 2r shared
 records, sorted, and (a, b) = (S_(r), S_(r+1)); then median(D) = clip(x_n, a, b) and median(D′) =
 clip(x_{n+1}, a, b). Given (a, b), U = clip(x_n, a, b) has atoms a (mass a) and b (mass 1 − b) and
-density 1 on (a, b); with L = b − a and 0 ≤ t < L, counting the ways |U − V| > t for two such
+density 1 on (a, b); with L = b − a and 0 ≤ t < L, counting the ways ``|U − V| > t`` for two such
 independent U, V gives ``P(G > t | a, b) = 2a(1 − b) + 2(a + 1 − b)(L − t) + (L − t)²``. The spacings
 (a, L, 1 − b) of 2r uniforms at the r-th and (r+1)-th order statistics are Dirichlet(r, 1, r), so
 L ~ Beta(1, 2r) and, given L, a = (1 − L)W with W ~ Beta(r, r), E[a(1 − b) | L] = (1 − L)² r/(2(2r+1)).
@@ -70,7 +70,7 @@ def _odd_n(n) -> int:
 def median_of_uniforms_cdf(t, n: int):
     """Φ(t) = P(G ≤ t) for f = median of n (odd) iid U(0, 1) records: ``1 − (r+1)/n · (1 − t)^(n+1)``.
 
-    G = |median(D) − median(D′)| for neighbours that replace the last record by a fresh draw;
+    ``G = |median(D) − median(D′)|`` for neighbours that replace the last record by a fresh draw;
     n = 2r + 1. Φ(t) = 0 for t < 0 and 1 for t ≥ 1; Φ(0) = r/n (the atom at 0).
 
     >>> float(median_of_uniforms_cdf(0.0, 21)) == 10 / 21

@@ -1,6 +1,6 @@
 """Sphinx configuration of raydp's documentation site.
 
-Built by the test suite (``tests/test_docs.py``) with warnings as errors:
+Built by the test suite (``tests/integration/jobs/test_docs.py``) with warnings as errors:
 
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 

@@ -15,7 +15,7 @@ choice gives the same results bit for bit. The flags are the library's own
 Jobs call raydp's public API only, and the modules of this directory (this one, ``_plots`` for
 figures, ``_report`` for benchmark reports, ``svm_sensitivity`` for the SVM bound). They are found
 because a script's own directory is ``sys.path[0]`` (``python jobs/X.py``, and the same under
-``ray job submit``); the tests run the jobs as scripts, or load one by path (``tests/job_util.py``).
+``ray job submit``); the tests run the jobs as scripts, or load one by path (``tests/support/job_util.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,12 @@
-"""Shared fixtures: one embedded loopback Ray per test module that asks for it."""
+"""Shared fixtures: one embedded loopback Ray per test module that asks for it, a moto S3 server, a
+small stored estimate.
+
+The tests are organised by behaviour: ``unit/`` (one module or concern at a time, in process),
+``integration/`` (``cli/``, ``cluster/`` — real multi-node clusters on loopback —, ``faults/`` — killed
+processes, hostile files, private output —, ``jobs/`` — the jobs and the documentation site run as a
+user runs them), ``statistical/`` (the guarantee, property-based inputs, the golden table). Helpers are
+in ``support/`` (on pytest's ``pythonpath``), data in ``data/``, child processes' scripts in ``children/``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
 
 import pytest
 
@@ -75,3 +82,19 @@ def s3_server():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture
+def small_store(tmp_path):
+    """A stored estimate (mean of n = 50 Exp(1) records, γ = 0.1) and a private .npy of 50 records."""
+    import numpy as np
+
+    import raydp
+    from raydp import oracles, targets
+
+    store = tmp_path / "est"
+    raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), 50, gamma=0.1, seed=1, store=str(store),
+                               progress=False)
+    data = tmp_path / "data.npy"
+    np.save(data, np.random.default_rng(0).exponential(1.0, 50))
+    return store, data

@@ -11,7 +11,7 @@ a plan's γ, a store or a mechanism's ε. Two calls make the whole protocol:
 - ``run(job, blocks, *, compact=None)`` — yields a :class:`~raydp.engine.blocks.BlockResult` per
   block, in any order; ``compact`` keeps only that many largest G per block (enough for Δ̂).
 
-Results must equal :class:`~raydp.engine.LocalBackend`'s bit for bit (``tests/test_golden.py``).
+Results must equal :class:`~raydp.engine.LocalBackend`'s bit for bit (``tests/statistical/test_golden.py``).
 """
 
 from __future__ import annotations

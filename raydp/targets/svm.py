@@ -156,6 +156,6 @@ def svm(C: float = 3.0, tol: float = DEFAULT_SVM_TOL, max_iter: int = DEFAULT_SV
     The sampler evaluates neighbouring pairs with :meth:`SVM.pair`: an exact active-set solver of
     the same problem, warm-started on D′ from D's solution, which agrees with two plain calls
     to libsvm's tolerance (ℓ1 ≤ ~1.5e-6 on Figure-5/6 data, n = 1000) and is ≈ 20× faster at d = 2,
-    ≈ 1.3–1.7× at d = 8 … 64 (``python tests/test_pair_warm_start.py`` measures it).
+    ≈ 1.3–1.7× at d = 8 … 64 (``python tests/unit/test_pair_warm_start.py`` measures it).
     """
     return SVM(C, tol, max_iter)

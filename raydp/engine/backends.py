@@ -29,6 +29,8 @@ LocalBackend(group_size=1, shuffle_seed=None)
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import sys
 import time
@@ -101,19 +103,21 @@ class AutoBackend(Backend):
         for _ in range(2):  # a second block when the first looks slow: it may have paid one-off imports
             b = blocks.pop(0)
             t0 = time.perf_counter()
-            result = job.run_block(b)
+            result = job.prepared().run_block(b)
             per_pair = min(per_pair, (time.perf_counter() - t0) / max(result.pairs, 1))
             consume(result if compact is None else result.compacted(compact))
             left = per_pair * job.layout.pairs_in(blocks)
             if not blocks or left <= limit:
                 return LocalBackend(), blocks, f"local (auto: about {left:.2g} s of work left in process)"
-        return self.ray, blocks, (f"ray (auto: about {left:.3g} s of work left in process, above {limit:.3g} s: "
+        ray = dataclasses.replace(self.ray)
+        object.__setattr__(ray, "block_seconds", per_pair * job.block_size)  # sizes its first tasks
+        return ray, blocks, (f"ray (auto: about {left:.3g} s of work left in process, above {limit:.3g} s: "
                                   "worth starting Ray)")
 
 
 def option_names(backend) -> list[str]:
     cls = backend if isinstance(backend, type) else type(backend)
-    return [f.name for f in fields(cls)]
+    return [f.name for f in fields(cls) if f.init]
 
 
 def backend_option_names() -> list[str]:

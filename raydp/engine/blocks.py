@@ -25,6 +25,7 @@ timeouts is reproducible only when none fire.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import sys
@@ -41,8 +42,11 @@ PROBE_KEY = 2**64 - 1
 
 # Default block sizing: at most this many records drawn per block ...
 _RECORDS_PER_BLOCK = 2**16
-# ... and at least about this many blocks per run, so there is work to spread over a cluster.
-_MIN_BLOCKS = 256
+# ... and at least about this many blocks per run: one pair per block up to m = 2048, so a per-pair
+# target (the expensive kind) can spread over as many slots as there are pairs. Was 256 (issue 20:
+# m = 1305 was 218 blocks of 6 pairs, 4 waves on 64 slots and a fifth of a 1 000-core cluster). A
+# block costs ~40-90 µs of bookkeeping and seeding, so a run pays at most ~0.2 s for it in all.
+_MIN_BLOCKS = 2048
 # A target with a vectorised ``batch`` form evaluates a whole block in a few numpy calls, so a
 # block costs a fixed ~40 µs of bookkeeping plus its records; such runs use bigger blocks.
 _RECORDS_PER_BATCHED_BLOCK = 2**17
@@ -52,8 +56,10 @@ _MIN_BATCHED_BLOCKS = 16
 def default_block_size(n: int, m: int, batched: bool = False) -> int:
     """Pairs per block when the caller does not choose.
 
-    Per-pair targets: ``max(1, min(⌊65536 / (n + 1)⌋, ⌈m / 256⌉))`` — a block's records fit in
-    ~0.5 MB of float64 scalars and a run has about 256 blocks to spread over workers.
+    Per-pair targets: ``max(1, min(⌊65536 / (n + 1)⌋, ⌈m / 2048⌉))`` — a block's records fit in
+    ~0.5 MB of float64 scalars, a run of up to 2048 pairs has one pair per block (it can spread
+    over as many slots as there are pairs), and a larger one about 2048 blocks (before issue 20: 256,
+    which capped a per-pair target at m = 1305 to 218 tasks).
     Batched targets (``target.batch``): ``max(1, min(⌊131072 / (n + 1)⌋, ⌈m / 16⌉))`` — the
     fixed cost per block is then under 10% of the numpy work (measured by ``jobs/bench.py``).
 
@@ -151,6 +157,7 @@ class PairJob:
     out_dim: int
     strict: bool = False
     pair_timeout: float | None = None
+    setup_key: str | None = None  # the target has setup(): run once per process (see prepared())
 
     @property
     def layout(self) -> BlockLayout:
@@ -297,7 +304,66 @@ class PairJob:
         )
 
     def run_blocks(self, block_indices) -> list[BlockResult]:
-        return [self.run_block(int(b)) for b in block_indices]
+        job = self.prepared()
+        return [job.run_block(int(b)) for b in block_indices]
+
+    def prepared(self) -> "PairJob":
+        """This job with its target set up in this process: ``target.setup()`` runs once per process
+        (per Ray worker, not per task) and the set-up target is reused by every later task there."""
+        if self.setup_key is None:
+            return self
+        target = set_up(self.target, self.setup_key)
+        return self if target is self.target else dataclasses.replace(self, target=target)
+
+
+# Targets already set up in this process, by setup key (most recent last; a few kept).
+_SET_UP: dict = {}
+_SET_UP_KEEP = 4
+
+
+def set_up(target, key: str):
+    """The target of ``key`` after its ``setup()``: this process's earlier one when there is one,
+    else ``target`` itself, set up now. A ``setup()`` that raises stops the run (it saw no data)."""
+    done = _SET_UP.pop(key, None)
+    if done is None:
+        try:
+            target.setup()
+        except Exception as exc:
+            raise TargetError(f"target.setup() raised {type(exc).__name__}: {exc}") from None
+        done = target
+    _SET_UP[key] = done
+    while len(_SET_UP) > _SET_UP_KEEP:
+        _SET_UP.pop(next(iter(_SET_UP)))
+    return done
+
+
+def set_up_here(target) -> str | None:
+    """Set up a target with ``setup()`` in this process, before any block runs; return its setup key
+    (None for a target without ``setup()``).
+
+    The key names the target by content (the SHA-256 of its pickled bytes before set-up), so equal
+    targets share one set-up per process, across runs too. What is set up is a copy: the target
+    itself stays as it was, and that is what a backend ships to its workers (each sets up its own,
+    once; a loaded model is never pickled and sent).
+    """
+    if not callable(getattr(target, "setup", None)):
+        return None
+    import hashlib
+
+    try:
+        import cloudpickle
+
+        blob = cloudpickle.dumps(target)
+    except Exception:  # cannot be pickled, so it can only run in this process: set it up in place
+        import uuid
+
+        key = f"unpicklable-{uuid.uuid4().hex}"
+        _SET_UP[key] = set_up(target, key)
+        return key
+    key = hashlib.sha256(blob).hexdigest()
+    if key not in _SET_UP:
+        set_up(cloudpickle.loads(blob), key)
+    return key
 
 
 # D′ scratch buffers: one per thread, reused block after block. A fresh 1 MB array is fresh pages

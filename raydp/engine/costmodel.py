@@ -8,8 +8,9 @@ its own time per task — cannot hand them out and collect them that fast:
 
 :class:`Costs` holds the driver's and the slots' per-task costs; ``jobs/scale_sim.py`` measures them on
 a simulated wide cluster (:func:`fit_costs`), checks :func:`predict` against every simulated run and
-projects to 1 000 cores. The model never decides anything in the engine: the default block size and
-grouping depend only on the run (n, m, target kind), never on the machine, so a result is reproducible.
+projects to 1 000 cores. The model never decides anything in the engine: the default block size
+depends only on the run (n, m, target kind), never on the machine, so a result is reproducible; the
+grouping follows measured block times (:mod:`raydp.engine.grouping`) and never changes a result.
 
 >>> c = Costs(c_task=1e-3, c_result=2e-5, c_inflight=0.0, o_task=0.0, fixed=0.0)
 >>> round(predict(c, m=256 * 200, t_pair=0.01, block_size=200, slots=64)["efficiency"], 3)
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Costs", "layout", "predict", "max_slots", "driver_seconds_per_task", "recommended_block_size",
+__all__ = ["Costs", "wave_fill", "guided_group", "layout", "predict", "max_slots", "driver_seconds_per_task", "recommended_block_size",
            "fit_costs", "fit_host", "tail_loss"]
 
 
@@ -48,12 +49,29 @@ class Costs:
     driver_share: float = 1.0
 
 
-def layout(m: int, block_size: int, slots: int, group_size: int | None = None, per_slot: int = 4) -> tuple[int, int, int]:
-    """(blocks, blocks per task, tasks) under the Ray backend's default grouping (at least ``per_slot`` tasks per slot)."""
-    from .ray import default_group_size
+def wave_fill(blocks: int, slots: int, group: int) -> float:
+    """Share of slot time in blocks when ``blocks`` equal blocks run ``group`` to a task on ``slots``:
+    blocks / (slots · waves · group), waves = ⌈⌈blocks / group⌉ / slots⌉ (a last wave only partly
+    full leaves slots idle)."""
+    tasks = -(-blocks // group)
+    return blocks / (slots * -(-tasks // slots) * group)
 
+
+def guided_group(blocks: int, slots: int, block_seconds: float, per_slot: int = 4) -> int:
+    """Blocks per task under the default :class:`~raydp.engine.grouping.GuidedGroups` once blocks are
+    timed: about :func:`~raydp.engine.grouping.task_seconds` of blocks, at most ⌈blocks / (per_slot · slots)⌉
+    (the model takes the first, largest groups for all: the shrinking tail only helps)."""
+    from .grouping import task_seconds
+
+    want = math.floor(task_seconds(slots) / block_seconds * (1 + 1e-9)) if block_seconds > 0 else blocks
+    return max(1, min(want, -(-blocks // (per_slot * slots))))
+
+
+def layout(m: int, block_size: int, slots: int, group_size: int | None = None, per_slot: int = 4,
+           t_pair: float = 0.0) -> tuple[int, int, int]:
+    """(blocks, blocks per task, tasks) under the Ray backend's default grouping for pairs of ``t_pair`` s."""
     blocks = -(-m // block_size)
-    g = group_size or default_group_size(blocks, slots, per_slot)
+    g = group_size or guided_group(blocks, slots, block_size * t_pair, per_slot)
     return blocks, g, -(-blocks // g)
 
 
@@ -88,7 +106,7 @@ def predict(c: Costs, m: int, t_pair: float, block_size: int, slots: int, group_
     task times), unless the driver, at d seconds per task, cannot complete them that fast (T·d).
     Efficiency = m·t_pair / (S·wall): the share of slot time spent in pairs.
     """
-    blocks, g, tasks = layout(m, block_size, slots, group_size)
+    blocks, g, tasks = layout(m, block_size, slots, group_size, t_pair=t_pair)
     in_flight = min(tasks, max_in_flight or 2 * slots)
     tau = g * block_size * t_pair + c.o_task
     d = driver_seconds_per_task(c, g, in_flight) / c.driver_share
@@ -114,7 +132,7 @@ def recommended_block_size(c: Costs, m: int, t_pair: float, slots: int, n: int, 
     cap = max(1, _RECORDS_PER_BLOCK // (n + 1))
     best, best_e = 1, -1.0
     for bs in range(1, min(cap, m) + 1):
-        g = layout(m, bs, slots)[1]
+        g = layout(m, bs, slots, t_pair=t_pair)[1]
         e = predict(c, m, t_pair, bs, slots, cv_task=cv_pair / math.sqrt(g * bs))["efficiency"]
         if e >= best_e - 1e-12:
             best, best_e = bs, e

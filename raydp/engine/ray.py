@@ -33,12 +33,22 @@ from typing import Any, Callable, Iterator, Sequence
 from ..errors import EngineError, InvalidArgumentError, TargetError
 from ..validation import check_int, check_real
 from .blocks import BlockResult, PairJob, check_timeout
-from .local import groups_of
+from .grouping import FixedGroups, GuidedGroups, task_seconds
 from .protocol import Backend
 from .reach import DEFAULT_CONNECT_TIMEOUT, check_reachable
 from .loopback import LOOPBACK_HOST, loopback_only
 
 _remote_cache: dict = {}
+
+
+class _Listed(FixedGroups):
+    """Groups given as a list of lists, submitted in order."""
+
+    def __init__(self, groups):
+        super().__init__([list(g) for g in groups], 1)
+
+    def take(self) -> list:
+        return super().take()[0]
 
 
 @dataclass
@@ -99,36 +109,6 @@ def _run_group(job: PairJob, blocks: list[int], compact: int | None) -> list[Blo
     return results
 
 
-def wave_fill(blocks: int, slots: int, group: int) -> float:
-    """Share of slot time in blocks when ``blocks`` equal blocks run ``group`` to a task on ``slots``:
-    blocks / (slots · waves · group), waves = ⌈⌈blocks / group⌉ / slots⌉ (a last wave only partly
-    full leaves slots idle)."""
-    tasks = -(-blocks // group)
-    return blocks / (slots * -(-tasks // slots) * group)
-
-
-def default_group_size(blocks: int, slots: int, per_slot: int = 4, tolerance: float = 0.05) -> int:
-    """Blocks per task when the caller does not choose: at least ``per_slot`` tasks per slot, and the
-    fewest tasks whose waves fill the slots within ``tolerance`` of the best choice.
-
-    ⌈blocks / (per_slot · slots)⌉ alone can leave a last wave mostly empty (646 blocks on 100 slots:
-    2 blocks per task, 323 tasks, the 4th wave 23% full, 0.81 of the slot time used; 1 block per
-    task: 7 waves, 0.92). The candidates are the group sizes that give per_slot, per_slot + 1, …,
-    4·per_slot full waves; more tasks cost more per-task overhead (measured 1-60 ms a task, see
-    ``jobs/scale_sim.py``), so the largest group within ``tolerance`` of the best fill wins: the old
-    rule stands unless it wastes more than 5% of the slot time. Grouping never changes a result: it
-    only decides which blocks share a task.
-
-    >>> default_group_size(646, 100), default_group_size(84403, 1000), default_group_size(10, 4)
-    (1, 22, 1)
-    """
-    if blocks <= per_slot * slots:
-        return 1
-    candidates = {max(1, -(-blocks // (w * slots))) for w in range(per_slot, 4 * per_slot + 1)}
-    best = max(wave_fill(blocks, slots, g) for g in candidates)
-    return max(g for g in candidates if wave_fill(blocks, slots, g) >= best - tolerance)
-
-
 def ensure_ray(address: str | None = None, num_cpus: int | None = None,
                connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
     """Connect to a Ray cluster, or start an embedded one bound to 127.0.0.1.
@@ -168,10 +148,15 @@ def cluster_cpus() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def largest_node_cpus() -> float:
+def largest_node_resource(name: str = "CPU") -> float:
+    """The most of resource ``name`` any live node has (0 when none has it)."""
     import ray
 
-    return max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    return max((n.get("Resources", {}).get(name, 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+
+
+def largest_node_cpus() -> float:
+    return largest_node_resource("CPU")
 
 
 @dataclass(frozen=True)
@@ -181,10 +166,14 @@ class RayBackend(Backend):
     - ``address``: a running cluster; default ``RAY_ADDRESS`` (set inside ``ray job submit``), else
       an embedded Ray is started in this process, bound to 127.0.0.1, with ``num_cpus`` CPUs
       (default: every core).
-    - ``cpus_per_task`` / ``memory_per_task`` (bytes): resources of each task (raise ``cpus_per_task``
-      for multi-threaded targets).
-    - ``group_size``: blocks per task (default: :func:`default_group_size` — at least four tasks per CPU
-      slot, two for batched targets, and no mostly empty last wave).
+    - ``cpus_per_task`` / ``gpus_per_task`` / ``memory_per_task`` (bytes) / ``resources_per_task``
+      (Ray custom resources, e.g. ``{"TPU": 1}``): what each task asks of a node (raise
+      ``cpus_per_task`` for multi-threaded targets; a GPU fit asks ``gpus_per_task=1`` and sees its own
+      device in ``ray.get_gpu_ids()``). Slots are counted from the scarcest of them.
+    - ``group_size``: blocks per task (default: :class:`~raydp.engine.grouping.GuidedGroups` — one
+      block per task until blocks are timed, then about 1 s of blocks per task (longer past 250 slots:
+      :func:`~raydp.engine.grouping.task_seconds`), shrinking towards
+      the end; an expensive per-pair target gets one block per task).
     - ``max_in_flight``: tasks submitted and not yet collected (default: two per slot, one with a
       ``task_timeout``).
     - ``max_retries``: Ray's retries of a task whose worker died.
@@ -201,12 +190,16 @@ class RayBackend(Backend):
     address: str | None = None
     num_cpus: int | None = None
     cpus_per_task: float = 1
+    gpus_per_task: float | None = None
+    resources_per_task: dict | None = None
     memory_per_task: int | None = None
     group_size: int | None = None
     max_in_flight: int | None = None
     max_retries: int = 3
     task_timeout: float | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    # seconds per block when already measured (AutoBackend passes what it timed in process)
+    block_seconds: float | None = field(default=None, init=False, repr=False, compare=False)
 
     name = "ray"
 
@@ -216,6 +209,19 @@ class RayBackend(Backend):
         if self.num_cpus is not None:
             check_int(self.num_cpus, "num_cpus", min_value=1)
         check_real(self.cpus_per_task, "cpus_per_task", min_value=0, include_min=False)
+        if self.gpus_per_task is not None:
+            check_real(self.gpus_per_task, "gpus_per_task", min_value=0, include_min=False)
+        if self.resources_per_task is not None:
+            if not isinstance(self.resources_per_task, dict) or not all(
+                    isinstance(k, str) and k for k in self.resources_per_task):
+                raise InvalidArgumentError("resources_per_task must be a dict of Ray resource names to amounts, "
+                                           f"got {self.resources_per_task!r}")
+            for k, v in self.resources_per_task.items():
+                if k in ("CPU", "GPU", "memory"):
+                    raise InvalidArgumentError(f"resources_per_task[{k!r}]: use cpus_per_task, gpus_per_task or "
+                                               "memory_per_task")
+                check_real(v, f"resources_per_task[{k!r}]", min_value=0, include_min=False)
+            object.__setattr__(self, "resources_per_task", dict(self.resources_per_task))
         for name in ("memory_per_task", "group_size", "max_in_flight"):
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, min_value=1)
@@ -229,9 +235,46 @@ class RayBackend(Backend):
         """Join the cluster, or start the embedded Ray (idempotent)."""
         ensure_ray(self.address, self.num_cpus, self.connect_timeout)
 
+    def requested(self) -> dict[str, float]:
+        """What one task asks of a node, by Ray resource name ("CPU", "GPU", custom ones)."""
+        need = {"CPU": float(self.cpus_per_task)}
+        if self.gpus_per_task:
+            need["GPU"] = float(self.gpus_per_task)
+        need.update({k: float(v) for k, v in (self.resources_per_task or {}).items() if v})
+        return need
+
     def slots(self) -> int:
-        """How many tasks of ``cpus_per_task`` fit on the cluster at once."""
-        return max(1, int(cluster_cpus() // max(self.cpus_per_task, 1e-9)))
+        """How many tasks fit on the cluster at once: counted from the scarcest requested resource
+        (connects first)."""
+        import ray
+
+        self.connect()
+        total = ray.cluster_resources()
+        return max(1, min(int(total.get(name, 0.0) // q) for name, q in self.requested().items()))
+
+    def task_options(self) -> dict:
+        """The ``.options(...)`` of every task: its resources and retries."""
+        options = dict(num_cpus=self.cpus_per_task, max_retries=self.max_retries, retry_exceptions=False)
+        if self.gpus_per_task:
+            options["num_gpus"] = self.gpus_per_task
+        if self.resources_per_task:
+            options["resources"] = dict(self.resources_per_task)
+        if self.memory_per_task is not None:
+            options["memory"] = self.memory_per_task
+        return options
+
+    def check_fits(self) -> None:
+        """Refuse a task no live node can hold: Ray would wait forever for a node that never comes."""
+        if os.environ.get("RAYDP_ALLOW_AUTOSCALE"):
+            return
+        for name, q in self.requested().items():
+            biggest = largest_node_resource(name)
+            if q > biggest:
+                what = {"CPU": "cpus_per_task", "GPU": "gpus_per_task"}.get(name, f"resources_per_task[{name!r}]")
+                unit = {"CPU": "CPUs", "GPU": "GPUs"}.get(name, name)
+                raise EngineError(f"{what}={q:g} but the largest node has {biggest:g} {unit}; "
+                                  f"ask for less or add bigger nodes (set RAYDP_ALLOW_AUTOSCALE=1 if an "
+                                  "autoscaler will)")
 
     # ---- generic map ------------------------------------------------------------------------
     def imap(self, fn: Callable, shared: Any, groups: Sequence[list], *args,
@@ -245,30 +288,21 @@ class RayBackend(Backend):
         """
         import ray
 
-        groups = list(groups)
-        if not groups:
+        pending = groups if isinstance(groups, FixedGroups) else _Listed(groups)
+        if not pending:
             return
         self.connect()
-        biggest = largest_node_cpus()
-        if self.cpus_per_task > biggest and not os.environ.get("RAYDP_ALLOW_AUTOSCALE"):
-            # Ray would wait forever for a node that never comes; say so instead of hanging.
-            raise EngineError(f"num_cpus={self.cpus_per_task} per task but the largest node has {biggest:g} CPUs; "
-                              "lower cpus_per_task or add bigger nodes (set RAYDP_ALLOW_AUTOSCALE=1 if an "
-                              "autoscaler will)")
+        self.check_fits()
         slots = self.slots()
         in_flight_cap = self.max_in_flight
         if in_flight_cap is None:
             in_flight_cap = slots if self.task_timeout is not None else 2 * slots
-        options = dict(num_cpus=self.cpus_per_task, max_retries=self.max_retries, retry_exceptions=False)
-        if self.memory_per_task is not None:
-            options["memory"] = self.memory_per_task
-        task = _remote(fn).options(**options)
+        task = _remote(fn).options(**self.task_options())
         shared_ref = ray.put(shared)
 
-        pending = list(reversed(groups))  # pop() from the end submits groups in order
         in_flight: dict = {}
         deadline: dict = {}
-        stats = DriverStats(slots=slots, in_flight_cap=in_flight_cap, groups=len(groups))
+        stats = DriverStats(slots=slots, in_flight_cap=in_flight_cap)
         _last_stats[0] = stats
         clock = time.perf_counter
         t_start = clock()
@@ -277,9 +311,10 @@ class RayBackend(Backend):
                 if pending and len(in_flight) < in_flight_cap:
                     t0 = clock()
                     while pending and len(in_flight) < in_flight_cap:
-                        group = pending.pop()
+                        group = pending.take()
                         ref = task.remote(shared_ref, group, *args)
                         in_flight[ref] = group
+                        stats.groups += 1
                         stats.submitted.append(clock() - t_start)
                         if self.task_timeout is not None:
                             deadline[ref] = time.monotonic() + self.task_timeout
@@ -360,12 +395,14 @@ class RayBackend(Backend):
         if not blocks:  # e.g. a resumed store that is already complete: no need to start Ray
             return
         self.connect()
-        group_size = self.group_size
-        if group_size is None:
-            # At least four tasks per slot balance the load of expensive per-pair targets; a batched
-            # target's tasks are short, and the ~1-3 ms each task costs weighs more: two per slot.
-            per_slot = 2 if callable(getattr(job.target, "batch", None)) else 4
-            group_size = default_group_size(len(blocks), self.slots(), per_slot)
+        # At least four tasks per slot balance the load of per-pair targets to the end; a batched
+        # target's tasks are short, and the ~1-3 ms each task costs weighs more: two per slot.
+        per_slot = 2 if callable(getattr(job.target, "batch", None)) else 4
+        if self.group_size is not None:
+            groups = FixedGroups(blocks, self.group_size)
+        else:
+            slots = self.slots()
+            groups = GuidedGroups(blocks, slots, per_slot, task_seconds(slots, self.task_timeout), self.block_seconds)
 
         def timed_out(group: list[int]) -> list[BlockResult]:
             if job.strict:
@@ -376,8 +413,9 @@ class RayBackend(Backend):
                                          seconds=self.task_timeout) for b in group]
             return failed if compact is None else [r.compacted(compact) for r in failed]
 
-        for _, results in self.imap(_run_group, job, groups_of(blocks, group_size), compact,
-                                    expired=timed_out, what="blocks"):
+        for _, results in self.imap(_run_group, job, groups, compact, expired=timed_out, what="blocks"):
             stats = _last_stats[0]
-            stats.busy_s += sum(r.seconds for r in results)
+            busy = sum(r.seconds for r in results)
+            stats.busy_s += busy
+            groups.observe(len(results), busy)
             yield from results

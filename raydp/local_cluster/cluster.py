@@ -59,6 +59,7 @@ class LocalCluster:
     """
 
     def __init__(self, workers: int = 1, cpus_per_node: int = DEFAULT_CPUS_PER_NODE, *,
+                 gpus_per_node: int = 0, resources_per_node: Mapping[str, float] | None = None,
                  extra_env: Mapping[str, str] | None = None,
                  state_dir: str | os.PathLike | None = None,
                  port: int | None = None, dashboard_port: int | None = None,
@@ -71,6 +72,8 @@ class LocalCluster:
                  prog: str = "python -m raydp.local_cluster"):
         self.workers = workers
         self.cpus_per_node = cpus_per_node
+        self.gpus_per_node = gpus_per_node  # declared, not probed: a test node may "have" GPUs it does not
+        self.resources_per_node = dict(resources_per_node or {})
         self._own_dir = state_dir is None
         self._state = None if state_dir is None else str(state_dir)
         self.port, self.dashboard_port, self.client_port = port, dashboard_port, client_port
@@ -324,7 +327,9 @@ class LocalCluster:
         self._write_env_files(tmp, tmp_ours)
 
         t0 = time.monotonic()
-        common = [f"--node-ip-address={self.host}", f"--num-cpus={self.cpus_per_node}", "--num-gpus=0",
+        common = [f"--node-ip-address={self.host}", f"--num-cpus={self.cpus_per_node}",
+                  f"--num-gpus={self.gpus_per_node}",
+                  *([f"--resources={json.dumps(self.resources_per_node)}"] if self.resources_per_node else []),
                   f"--object-store-memory={self.object_store_bytes}", "--dashboard-agent-listen-port=0"]
         try:
             self._start_node("head", ["--head", f"--port={self.port}", f"--temp-dir={tmp}",

@@ -126,15 +126,16 @@ class Cluster(LocalCluster):
 def local_cluster(workers: int = 1, cpus_per_node: int = 1, *,
                   extra_env: dict[str, str] | None = None,
                   state_dir: str | os.PathLike | None = None,
-                  keep_state: bool = False, up_timeout: float = 90) -> Cluster:
+                  keep_state: bool = False, up_timeout: float = 90, **node) -> Cluster:
     """An isolated cluster to use as ``with local_cluster(...) as c``: free loopback ports, a fresh
     token, a fresh temp state dir (unless ``state_dir``), the venv first on PATH.
 
     extra_env: passed to every node (e.g. ``RAY_health_check_period_ms``) and to clients.
     keep_state: keep the Ray logs after the block (they are always kept when it fails).
+    node: ``gpus_per_node``, ``resources_per_node`` (declared to Ray, not probed).
     """
     return Cluster(workers, cpus_per_node, extra_env=extra_env, state_dir=state_dir,
-                   up_timeout=up_timeout, keep_logs=keep_state, env=venv_path_env())
+                   up_timeout=up_timeout, keep_logs=keep_state, env=venv_path_env(), **node)
 
 
 def live_pids_in_sessions(sids) -> list[int]:

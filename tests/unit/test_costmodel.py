@@ -1,9 +1,10 @@
 """Scaling out: the cost model (:mod:`raydp.engine.costmodel`) that ``jobs/scale_sim.py`` fits and projects, the Ray engine's default
-grouping of blocks into tasks, and (marked slow) a ``--quick`` simulation on a real 2-node cluster.
+grouping of blocks into tasks (:mod:`raydp.engine.grouping`), the default block size, and (marked slow) a
+``--quick`` simulation on a real 2-node cluster.
 
-The model's formulas are checked against hand-computed cases; the grouping against the wave
-arithmetic it is built on. Neither may change a result: grouping only decides which blocks share a
-task (``tests/test_golden.py`` holds the results themselves).
+The model's formulas are checked against hand-computed cases; the grouping against the arithmetic it
+is built on. Grouping never changes a result: it only decides which blocks share a task
+(``tests/statistical/test_golden.py`` holds the results themselves).
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ import sys
 import pytest
 
 import raydp.engine.costmodel as sim
-from raydp.engine.ray import default_group_size, wave_fill
+from raydp.engine.blocks import default_block_size
+from raydp.engine.grouping import FixedGroups, GuidedGroups
 from paths import JOBS
 
 COSTS = sim.Costs(c_task=1e-3, c_result=2e-5, c_inflight=0.0, o_task=0.0, fixed=0.0)
 
 
 def test_layout_is_the_engine_default_grouping():
-    assert sim.layout(1000, 10, 5) == (100, 5, 20)  # 100 blocks, ⌈100/(4·5)⌉ = 5 per task, 20 tasks
-    # 101 blocks: 6 per task would leave the 4th wave 2/5 full (0.84 of slot time); 3 per task fill 7 waves (0.96)
-    assert sim.layout(1001, 10, 5) == (101, 3, 34)
-    assert sim.layout(10, 1, 8) == (10, 1, 10)  # fewer blocks than 4 per slot: one block per task
+    # cheap blocks (1 ms): as many as 1 s holds, at most ⌈100 / (4·5)⌉ = 5 per task
+    assert sim.layout(1000, 10, 5, t_pair=1e-4) == (100, 5, 20)
+    # expensive blocks (1 s): one block per task, whatever the balance cap allows
+    assert sim.layout(1000, 10, 5, t_pair=0.1) == (100, 1, 100)
+    assert sim.layout(1000, 10, 5, t_pair=0.04) == (100, 2, 50)  # 0.4 s a block: two fit in 1 s
     assert sim.layout(1000, 10, 5, group_size=7) == (100, 7, 15)
 
 
@@ -96,23 +99,68 @@ def test_recommended_block_size_is_within_the_records_cap_and_no_worse_than_defa
         assert best >= sim.predict(COSTS, m, 0.01, default_block_size(1000, m), slots)["efficiency"] - 1e-12
 
 
-@pytest.mark.parametrize("blocks,slots,per_slot", [(646, 100, 4), (84403, 1000, 4), (84403, 100, 4), (10, 4, 4),
-                                                   (256, 64, 4), (200, 4, 4), (461, 4, 2), (5000, 3, 2)])
-def test_default_group_size_fills_waves_at_least_as_well_as_the_old_rule(blocks, slots, per_slot):
-    g = default_group_size(blocks, slots, per_slot)
-    old = max(1, math.ceil(blocks / (per_slot * slots)))
-    assert 1 <= g <= old  # never fewer than per_slot tasks per slot
-    assert wave_fill(blocks, slots, g) >= wave_fill(blocks, slots, old) - 1e-12
-    assert wave_fill(blocks, slots, g) <= 1.0
+def test_wave_fill():
+    assert sim.wave_fill(646, 100, 1) == pytest.approx(646 / 700)
+    assert sim.wave_fill(646, 100, 2) == pytest.approx(646 / 800)
 
 
-def test_default_group_size_examples():
-    assert default_group_size(646, 100) == 1  # 7 waves, 0.92 of slot time, instead of 2 per task: 0.81
-    assert wave_fill(646, 100, 1) == pytest.approx(646 / 700)
-    assert wave_fill(646, 100, 2) == pytest.approx(646 / 800)
-    assert default_group_size(84403, 1000) == 22  # 0.96: within 5% of the best (17 per task, 0.99), fewer tasks
-    assert default_group_size(84403, 1000, tolerance=0.02) == 17
-    assert default_group_size(3, 8) == 1
+def _drain(groups, seconds_per_block):
+    sizes = []
+    while groups:
+        g = groups.take()
+        sizes.append(len(g))
+        groups.observe(len(g), len(g) * seconds_per_block)
+    return sizes
+
+
+def test_guided_groups_give_every_block_once_in_order():
+    for per_block in (0.0, 1e-5, 0.01, 5.0):
+        g = GuidedGroups(range(1000), slots=7, per_slot=4)
+        out = []
+        while g:
+            part = g.take()
+            out += part
+            g.observe(len(part), len(part) * per_block)
+        assert out == list(range(1000))
+
+
+def test_guided_groups_one_block_per_task_for_an_expensive_target():
+    # m = 1305 one-pair blocks of a second or more (a model fit): 1305 tasks, never capped by grouping
+    for seconds in (1.0, 120.0):
+        assert _drain(GuidedGroups(range(1305), slots=64, per_slot=4), seconds) == [1] * 1305
+
+
+def test_guided_groups_on_the_issue_20_case():
+    # 1305 blocks of 0.2 s on 64 slots: up to 1 s (5 blocks) a task while much is left, ones at the end
+    sizes = _drain(GuidedGroups(range(1305), slots=64, per_slot=4), 0.2)
+    assert sizes[0] == 1 and max(sizes) == 5 and sizes[-256:] == [1] * 256
+    assert sum(sizes) == 1305 and 64 * 4 < len(sizes) < 1305
+
+
+def test_guided_groups_grow_for_a_cheap_target_and_shrink_at_the_end():
+    sizes = _drain(GuidedGroups(range(100_000), slots=8, per_slot=4), 1e-3)  # 1 ms a block
+    assert sizes[0] == 1  # nothing measured yet
+    assert max(sizes) == 1000  # 1 s of blocks per task (the balance cap, 3125, does not bind yet)
+    assert sizes[-1] == 1 and sizes == sizes[:1] + sorted(sizes[1:], reverse=True)  # guided: shrinking
+    assert len(sizes) < 1000  # far fewer tasks than blocks
+    # the balance cap: never more than ⌈left / (per_slot · slots)⌉ blocks in a task
+    g = GuidedGroups(range(100), slots=10, per_slot=2, block_seconds=1e-6)
+    assert len(g.take()) == 5
+
+
+def test_fixed_groups():
+    g = FixedGroups(range(10), 4)
+    assert [g.take(), g.take(), g.take()] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]] and not g
+
+
+def test_default_block_size_lets_a_per_pair_target_spread():
+    # issue 20: per-pair targets get one pair per block up to m = 2048, then about 2048 blocks
+    assert default_block_size(10, 1305) == 1
+    assert default_block_size(1000, 2048) == 1 and default_block_size(1000, 2049) == 2
+    assert default_block_size(10, 41971) == 21
+    assert default_block_size(1000, 5_486_187) == 65536 // 1001  # the records cap
+    # batched targets keep theirs
+    assert default_block_size(100, 41971, batched=True) == 1297
 
 
 @pytest.mark.slow

@@ -48,3 +48,8 @@ InvalidArgument = InvalidArgumentError
 class BudgetError(RaydpError, ValueError):
     """A privacy ledger that refuses a release (over budget) or cannot be used (totals that differ
     from the stored ones, a missing or corrupt ledger file)."""
+
+
+class UtilityError(RaydpError, ValueError):
+    """``strict=True`` and the release is expected to be no better than a trivial predictor (previewed on
+    public data); nothing was released or charged."""

@@ -49,16 +49,32 @@ neural networks) or are training records themselves (kernel SVMs, nearest neighb
 unless ``params=`` names what to release. Tested: ``LogisticRegression`` (binary and multinomial),
 ``LinearSVC``, ``Ridge``, ``LinearRegression``, pipelines with ``StandardScaler``, ``KMeans``, ``PCA``.
 
+Useful by default (issue 21)
+----------------------------
+Preprocessing that leads a pipeline (scalers, encoders, imputers: :data:`PUBLIC_BY_DEFAULT`) is fitted
+on public oracle records and frozen (``public_steps="auto"``; a list of step names chooses, ``None``
+opts out): its statistics cost no privacy and are not released, and the model behind it sees features
+on a public scale. ``preview(n)`` plays the release on public records before any private one is read
+and reports the expected score per ε next to the non-private and a trivial one; ``fit`` does the same
+at its ε and warns (``strict=True``: refuses, before any charge) when the release is expected to be no
+better than the trivial predictor. :class:`PrivateSearchCV` picks hyperparameters by that previewed
+private score and releases once.
+
 The package's modules, one job each: :mod:`~raydp.sklearn.params` (which fitted attributes are
 parameters, which of them predictions use), :mod:`~raydp.sklearn.canonical` (aligning unidentified
 parameters), :mod:`~raydp.sklearn.target` (the estimator as a sampler target),
-:mod:`~raydp.sklearn.inputs` (checks of X, y and the estimator) and :mod:`~raydp.sklearn.estimator`
-(the meta-estimator, whose ``fit`` is a sequence of named steps).
+:mod:`~raydp.sklearn.inputs` (checks of X, y and the estimator), :mod:`~raydp.sklearn.public` (steps
+fitted on public records), :mod:`~raydp.sklearn.utility` (the preview), :mod:`~raydp.sklearn.estimator`
+(the meta-estimator, whose ``fit`` is a sequence of named steps) and :mod:`~raydp.sklearn.search`
+(model selection on public data).
 """
 
 from .estimator import PrivateEstimator
 from .params import REFUSED, fitted_float_params, prediction_params
+from .public import PUBLIC_BY_DEFAULT
+from .search import PrivateSearchCV
 from .target import EstimatorTarget, estimator_params
+from .utility import UtilityPreview, UtilityWarning
 
-__all__ = ["PrivateEstimator", "EstimatorTarget", "estimator_params", "fitted_float_params", "prediction_params",
-           "REFUSED"]
+__all__ = ["PrivateEstimator", "PrivateSearchCV", "UtilityPreview", "UtilityWarning", "EstimatorTarget",
+           "estimator_params", "fitted_float_params", "prediction_params", "REFUSED", "PUBLIC_BY_DEFAULT"]

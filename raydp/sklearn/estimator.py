@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import copy
 import math
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -11,7 +11,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ..errors import EstimateMismatchError, InvalidArgumentError, OracleError, TargetError
+from ..errors import EstimateMismatchError, InvalidArgumentError, OracleError, TargetError, UtilityError
 from ..estimate import SensitivityEstimate
 from ..identity import check_reusable, describe, difference
 from ..mechanisms import Gaussian, Laplace
@@ -22,17 +22,21 @@ from ..plan import plan as make_plan
 from ..release import sample_then_respond
 from ..sampler import estimate_sensitivity
 from ..store import Store
-from ..validation import check_delta, check_epsilon
+from ..validation import check_delta, check_epsilon, check_int
 from .canonical import canonical_kinds
 from .inputs import as_labels, as_matrix, is_classifier, is_supervised, numeric, prepare
-from .params import REFUSED, estimators, fitted_float_params, prediction_params, resolve, assign
+from .params import REFUSED, estimators, fitted_float_params, prediction_params, resolve
+from .public import freeze_public_steps, public_step_names
 from .target import EstimatorTarget
+from .utility import UtilityPreview, UtilityWarning, simulate, with_params
 
 __all__ = ["PrivateEstimator"]
 
 # The public sample the skeleton is fitted on: a fixed stream, so the skeleton (and the references the
 # canonicalisation aligns to) are a function of (estimator, oracle, n) alone, in every process.
 _PUBLIC_SEED = 0x5EED_5C1E
+# Public records the public pipeline steps (scalers, encoders) are fitted on: at least this many.
+_PUBLIC_RECORDS = 2000
 
 
 def _estimator_has(attr: str):
@@ -72,6 +76,7 @@ class _Skeleton:
     model: object
     target: EstimatorTarget
     classes: np.ndarray | None
+    public: list = ()  # pipeline steps fitted on public records and frozen
 
 
 class PrivateEstimator(BaseEstimator):
@@ -117,7 +122,8 @@ class PrivateEstimator(BaseEstimator):
     """
 
     def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None, mechanism=None,
-                 params=None, estimate=None, options=None, ledger=None, ledger_label=None):
+                 params=None, public_steps="auto", estimate=None, options=None, ledger=None, ledger_label=None,
+                 strict=False):
         self.estimator = estimator
         self.oracle = oracle
         self.epsilon = epsilon
@@ -127,10 +133,12 @@ class PrivateEstimator(BaseEstimator):
         self.k = k
         self.mechanism = mechanism
         self.params = params
+        self.public_steps = public_steps
         self.estimate = estimate
         self.options = options
         self.ledger = ledger
         self.ledger_label = ledger_label
+        self.strict = strict
 
     # ---- fit, step by step ---------------------------------------------------------------
     def fit(self, X, y=None, **fit_params):
@@ -149,12 +157,66 @@ class PrivateEstimator(BaseEstimator):
         oracle = as_oracle(self.oracle)
         mechanism = self._mechanism()
         options = self._options()
-        skeleton = self._skeleton(estimator, oracle, inputs)
+        skeleton = self._skeleton(estimator, oracle, inputs.n, inputs.d, inputs.supervised)
+        self._check_labels(skeleton, inputs)
         estimate = self._estimate(skeleton.target, oracle, inputs.n, mechanism, options)
+        utility = self._utility(skeleton, oracle, inputs.n, estimate, mechanism)
         release = sample_then_respond(inputs.records(), skeleton.target, mechanism, estimate=estimate,
                                       ledger=self.ledger, ledger_label=self.ledger_label)
         self._assemble(skeleton, inputs, estimate, release)
+        self.utility_ = utility
         return self
+
+    def preview(self, n, *, epsilons=None, repeats: int = 5) -> UtilityPreview:
+        """The release played on public records, before any private record is read: no privacy spent.
+
+        Samples Δ̂ for n records exactly as ``fit`` would (a later ``fit`` with n records reuses it),
+        then, ``repeats`` times, fits on n oracle records, releases with the mechanism's noise at each
+        ε of ``epsilons`` (default: this estimator's) and scores on other oracle records, next to the
+        fit without noise and a trivial predictor. Returns a :class:`~raydp.sklearn.utility.UtilityPreview`
+        (``print`` it for a table). ``n`` is the private data's number of records (public: Δ̂ depends on it).
+        """
+        n = check_int(n, "n", min_value=2)
+        epsilons = [self.epsilon] if epsilons is None else list(np.atleast_1d(epsilons))
+        for e in epsilons:
+            check_epsilon(e)
+        repeats = check_int(repeats, "repeats", min_value=1)
+        estimator = self._checked_estimator()
+        oracle = as_oracle(self.oracle)
+        mechanism = self._mechanism()
+        supervised = is_supervised(estimator)
+        d = self._oracle_width(oracle, n) - int(supervised)
+        if d < 1:
+            raise OracleError("the oracle's records have no feature column")
+        skeleton = self._skeleton(estimator, oracle, n, d, supervised)
+        estimate = self._estimate(skeleton.target, oracle, n, mechanism, self._options())
+        self.preview_estimate_ = estimate
+        return self._simulate(skeleton, oracle, n, estimate, epsilons, repeats)
+
+    def _simulate(self, skeleton, oracle, n, estimate, epsilons, repeats) -> UtilityPreview:
+        result = simulate(skeleton.model, skeleton.target, oracle, n, estimate.sensitivity,
+                          {float(e): self._mechanism(e) for e in epsilons}, repeats)
+        return replace(result, public_steps=list(skeleton.public))
+
+    def _utility(self, skeleton, oracle, n: int, estimate, mechanism) -> UtilityPreview | None:
+        """Before the private data is touched: is the release expected to beat a trivial predictor?
+        Warns (``strict=True``: refuses, before any charge) when it is not, with what to change."""
+        if not skeleton.target.supervised:
+            return None
+        result = self._simulate(skeleton, oracle, n, estimate, [self.epsilon], 5)
+        if result.useless(float(self.epsilon)):
+            row = result.rows[0]
+            msg = (f"at epsilon={self.epsilon:g} the released model is expected to score {row['mean']:.3f} ± "
+                   f"{row['sd']:.3f} ({result.metric}, {result.repeats} previews on public records), not clearly "
+                   f"better than a trivial predictor's {result.trivial:.3f}; the fit without noise scores "
+                   f"{result.nonprivate[0]:.3f}. Δ̂={estimate.sensitivity:.4g} is large against the parameters: "
+                   "put scalers/encoders first in a Pipeline (fitted on public records), regularise more "
+                   "(smaller C, larger alpha), give more records or a larger epsilon — PrivateSearchCV "
+                   "chooses among candidates on public data")
+            if self.strict:
+                raise UtilityError(msg + " (strict=True: nothing was released or charged)")
+            warnings.warn(msg, UtilityWarning, stacklevel=3)
+        return result
 
     def _inputs(self, estimator, X, y) -> _Inputs:
         """X and y checked. Checks whose answer depends on the private *values* (NaN, unknown labels)
@@ -172,11 +234,15 @@ class PrivateEstimator(BaseEstimator):
         y = as_labels(y, X.shape[0], values=values) if supervised else None
         return _Inputs(X=X, y=y, names=names, supervised=supervised)
 
-    def _skeleton(self, estimator, oracle, inputs: _Inputs) -> _Skeleton:
-        """One fit on n public oracle records; the released paths, canonical forms and the target from it."""
+    def _skeleton(self, estimator, oracle, n: int, d: int, supervised: bool) -> _Skeleton:
+        """One fit on n public oracle records; the released paths, canonical forms and the target from it.
+        Pipeline steps that need no privacy (``public_steps``) are fitted on public records first and frozen."""
         name = type(estimator).__name__
-        n, d, supervised = inputs.n, inputs.d, inputs.supervised
         template = prepare(estimator)
+        names = public_step_names(template, self.public_steps)
+        if names:
+            wide = self._public_sample(oracle, max(n, _PUBLIC_RECORDS), d, supervised, seed=_PUBLIC_SEED + 1)
+            template = freeze_public_steps(template, names, wide[:, :d], wide[:, d] if supervised else None)
         public = self._public_sample(oracle, n, d, supervised)
         classifier = is_classifier(template)
         integer_labels = bool(supervised and classifier and np.all(public[:, d] == np.round(public[:, d])))
@@ -195,19 +261,29 @@ class PrivateEstimator(BaseEstimator):
         target = EstimatorTarget(template, n_features=d, supervised=supervised, integer_labels=integer_labels,
                                  params=paths, shapes=shapes, references=references, kinds=kinds,
                                  classes=None if classes is None or not numeric(classes) else classes)
-        if supervised and classifier and self.ledger is None:
-            y = inputs.y
-            if integer_labels and not np.all(y == np.round(y)):
-                raise InvalidArgumentError("y must hold whole-number class labels, like the oracle's")
-            if classes is not None and not np.all(np.isin(y, np.asarray(classes, dtype=np.float64))):
-                raise InvalidArgumentError(f"y holds class labels the oracle never draws (the oracle's: "
-                                           f"{np.asarray(classes).tolist()}); the released model knows only those")
-        return _Skeleton(model=model, target=target, classes=classes)
+        return _Skeleton(model=model, target=target, classes=classes, public=names)
+
+    def _check_labels(self, skeleton: _Skeleton, inputs: _Inputs) -> None:
+        """y's labels against the oracle's: only without a ledger (with one it would be a free probe)."""
+        if not (inputs.supervised and is_classifier(skeleton.model) and self.ledger is None):
+            return
+        y, classes = inputs.y, skeleton.classes
+        if skeleton.target.integer_labels and not np.all(y == np.round(y)):
+            raise InvalidArgumentError("y must hold whole-number class labels, like the oracle's")
+        if classes is not None and not np.all(np.isin(y, np.asarray(classes, dtype=np.float64))):
+            raise InvalidArgumentError(f"y holds class labels the oracle never draws (the oracle's: "
+                                       f"{np.asarray(classes).tolist()}); the released model knows only those")
 
     def _estimate(self, target, oracle, n: int, mechanism, options: SamplerOptions) -> SensitivityEstimate:
         """The Δ̂ to release with: ``estimate=`` checked, or sampled (reusing a stored run)."""
         if self.estimate is not None:
             return self._checked_estimate(oracle, options)
+        previewed = getattr(self, "preview_estimate_", None)
+        if (previewed is not None and options.store is None and previewed.target == describe(target)
+                and previewed.oracle == describe(oracle) and previewed.n == n and previewed.norm == mechanism.norm
+                and (options.seed is None or options.seed == previewed.seed)
+                and self._plan_matches(previewed)):
+            return previewed  # sampled on public data by preview() for this very target, n and plan
         if options.store is not None:
             seed = options.seed
             if seed is None:
@@ -221,16 +297,8 @@ class PrivateEstimator(BaseEstimator):
     def _assemble(self, skeleton: _Skeleton, inputs: _Inputs, estimate, release) -> None:
         """The released model: the skeleton with the released parameters put in; the fitted attributes."""
         target = skeleton.target
-        model = copy.deepcopy(skeleton.model)
-        values = np.asarray(release.value, dtype=np.float64)
-        at = 0
-        for path, shape in zip(target.params, target.shapes):
-            size = math.prod(shape)
-            part = values[at: at + size]
-            at += size
-            original = resolve(skeleton.model, path)
-            assign(model, path, part.reshape(shape).copy() if isinstance(original, np.ndarray) else float(part[0]))
-        self.estimator_ = model
+        self.estimator_ = with_params(skeleton.model, target, release.value)
+        self.public_steps_ = list(skeleton.public)
         self.estimate_ = estimate
         self.release_ = release
         self.released_params_ = list(target.params)
@@ -242,6 +310,15 @@ class PrivateEstimator(BaseEstimator):
             del self.feature_names_in_
         if skeleton.classes is not None:
             self.classes_ = skeleton.classes
+
+    def statement(self) -> str:
+        """The release's (ε, δ, γ) statement, and which pipeline steps were fitted on public records."""
+        check_is_fitted(self)
+        text = self.release_.statement()
+        if self.public_steps_:
+            text += ("; fitted on public oracle records and not released (no privacy cost): "
+                     + ", ".join(self.public_steps_))
+        return text
 
     # ---- checks --------------------------------------------------------------------------
     def _checked_estimator(self):
@@ -259,8 +336,17 @@ class PrivateEstimator(BaseEstimator):
     def _options(self) -> SamplerOptions:
         return SamplerOptions.of(self.options)
 
-    def _mechanism(self):
+    def _mechanism(self, epsilon=None):
+        """The release's mechanism; with ``epsilon``, the same kind at that ε (for a preview)."""
         delta = check_delta(self.delta)
+        if epsilon is not None:
+            base = self._mechanism()
+            if isinstance(base, Laplace):
+                return Laplace(epsilon)
+            if isinstance(base, Gaussian):
+                return Gaussian(epsilon, delta, calibration=base.calibration)
+            raise InvalidArgumentError(f"a preview at other epsilons needs a Laplace or Gaussian mechanism, "
+                                       f"not {type(base).__name__}")
         if self.mechanism is None:
             if delta == 0:
                 return Laplace(self.epsilon)
@@ -272,14 +358,22 @@ class PrivateEstimator(BaseEstimator):
                                        f"delta={delta!r} were given; make them agree")
         return mech
 
-    def _public_sample(self, oracle, n: int, d: int, supervised: bool) -> np.ndarray:
+    def _oracle_width(self, oracle, n: int) -> int:
+        records = self._public_sample(oracle, n, None, False)
+        return int(records.shape[1])
+
+    def _public_sample(self, oracle, n: int, d: int | None, supervised: bool, seed: int = _PUBLIC_SEED) -> np.ndarray:
         try:
-            records = oracle.sample(np.random.default_rng(_PUBLIC_SEED), n)
+            records = oracle.sample(np.random.default_rng(seed), n)
         except Exception as exc:  # the oracle is public: its message may be shown
             raise OracleError(f"the oracle raised {type(exc).__name__} drawing {n} records: {exc}") from None
         records = check_records(records, n)
         if records.ndim == 1:
             records = records[:, None]
+        if d is None:
+            if records.ndim != 2:
+                raise OracleError(f"the oracle draws records of shape {records.shape[1:]}; an estimator needs rows")
+            return records
         width = d + int(supervised)
         if records.ndim != 2 or records.shape[1] != width:
             got = f"{records.shape[1]} columns" if records.ndim == 2 else f"records of shape {records.shape[1:]}"
@@ -287,6 +381,10 @@ class PrivateEstimator(BaseEstimator):
                     else f"rows of X: {d} columns")
             raise OracleError(f"the oracle draws {got}, but X has {d} features; its records must be {need}")
         return records
+
+    def _plan_matches(self, est) -> bool:
+        wanted = make_plan(gamma=self.gamma, m=self.m, k=self.k)
+        return (wanted.m, wanted.k) == (est.plan.m, est.plan.k) and math.isclose(wanted.gamma, est.plan.gamma)
 
     def _checked_estimate(self, oracle, options: SamplerOptions) -> SensitivityEstimate:
         est = self.estimate

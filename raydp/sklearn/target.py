@@ -13,11 +13,14 @@ from ..errors import TargetError
 from ..identity import content_fields
 from .canonical import canonicalise
 from .params import class_path, resolve
+from .public import frozen_digest, is_frozen
 
 __all__ = ["EstimatorTarget", "estimator_params"]
 
 
 def _param_json(v):
+    if is_frozen(v):  # fitted on public records: named by its fitted state too, not only its class
+        return {"frozen": class_path(v.estimator), "fitted_sha256": frozen_digest(v)}
     if isinstance(v, BaseEstimator):
         return class_path(v)  # its own parameters are listed by get_params(deep=True)
     if isinstance(v, type):

@@ -155,7 +155,8 @@ def test_one_line_from_a_pipeline_and_nothing_private_left_in_the_model(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
     pipe = make_pipeline(StandardScaler(), LogisticRegression(C=0.5))
-    pe = PrivateEstimator(pipe, oracle=oracle, epsilon=2.0, delta=1e-5, **FAST, options=SamplerOptions(seed=1)).fit(X, y)   # the one line
+    pe = PrivateEstimator(pipe, oracle=oracle, epsilon=2.0, delta=1e-5, public_steps=None, **FAST,
+                          options=SamplerOptions(seed=1)).fit(X, y)  # every step private: the behaviour before issue 21
     assert pe.released_params_ == ["logisticregression.coef_", "logisticregression.intercept_",
                                    "standardscaler.mean_", "standardscaler.scale_"]
     assert pe.estimate_.norm == "l2" and pe.release_.mechanism == {

@@ -1,0 +1,159 @@
+"""Model selection on public data: :class:`PrivateSearchCV` picks hyperparameters by the previewed private score.
+
+Every candidate needs its own Δ̂ — a run of the sampler on public oracle records, the expensive and
+parallel work the engine exists for (on Ray when the options say so or the run is large). Each is
+previewed (:meth:`PrivateEstimator.preview`) at the user's ε; the candidate with the best expected
+private score is fitted on the private data and released once, reusing the Δ̂ its preview sampled,
+charged once to the ledger. The search reads no private record and spends no privacy: it is a function
+of the public oracle, n and the candidates; only the chosen candidate's release touches the data.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, clone
+from sklearn.model_selection import ParameterGrid
+from sklearn.utils.validation import check_is_fitted
+
+from ..errors import InvalidArgumentError, RaydpError
+from ..validation import check_int
+from .estimator import PrivateEstimator
+from .inputs import as_matrix
+
+__all__ = ["PrivateSearchCV"]
+
+# Keys of a grid that set the PrivateEstimator rather than the wrapped estimator.
+_OWN = ("public_steps",)
+
+
+class PrivateSearchCV(BaseEstimator):
+    """Choose among ``param_grid`` by the score the *released* model is expected to reach, then release once.
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator (unfitted)
+    param_grid : dict or list of dicts, as :class:`sklearn.model_selection.GridSearchCV` takes; keys are the
+        estimator's parameters (``"logisticregression__C"``), or ``"public_steps"`` (which pipeline steps are
+        fitted on public records).
+    oracle, epsilon, delta, gamma, m, k, options, ledger, ledger_label : as :class:`PrivateEstimator`.
+    repeats : public draws per candidate in its preview (default 5).
+
+    Attributes
+    ----------
+    cv_results_ : dict of lists, one entry per candidate: ``params``, ``mean_private_score``,
+        ``std_private_score``, ``nonprivate_score``, ``trivial_score``, ``sensitivity``, ``rank``.
+    best_index_, best_params_, best_score_ (the chosen candidate's expected private score).
+    best_estimator_ : the fitted :class:`PrivateEstimator` of the chosen candidate (its ``release_`` is the
+        one release; its ``statement()`` the guarantee).
+    """
+
+    def __init__(self, estimator, param_grid, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None,
+                 options=None, ledger=None, ledger_label=None, repeats=5):
+        self.estimator = estimator
+        self.param_grid = param_grid
+        self.oracle = oracle
+        self.epsilon = epsilon
+        self.delta = delta
+        self.gamma = gamma
+        self.m = m
+        self.k = k
+        self.options = options
+        self.ledger = ledger
+        self.ledger_label = ledger_label
+        self.repeats = repeats
+
+    def _candidate(self, params: dict, *, ledger=None) -> PrivateEstimator:
+        own = {k: v for k, v in params.items() if k in _OWN}
+        inner = {k: v for k, v in params.items() if k not in _OWN}
+        est = clone(self.estimator)
+        try:
+            est.set_params(**inner)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"param_grid: {exc}".splitlines()[0]) from None
+        return PrivateEstimator(est, oracle=self.oracle, epsilon=self.epsilon, delta=self.delta, gamma=self.gamma,
+                                m=self.m, k=self.k, options=self.options, ledger=ledger,
+                                ledger_label=self.ledger_label, **own)
+
+    def search(self, n):
+        """The public part alone: preview every candidate for n records; fills ``cv_results_`` and the
+        ``best_*`` attributes except ``best_estimator_``. No private record is read, nothing is charged."""
+        n = check_int(n, "n", min_value=2)
+        repeats = check_int(self.repeats, "repeats", min_value=1)
+        try:
+            grid = list(ParameterGrid(self.param_grid))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"param_grid: {exc}".splitlines()[0]) from None
+        grids = self.param_grid if isinstance(self.param_grid, (list, tuple)) else [self.param_grid]
+        if not grid or any(isinstance(g, dict) and not g for g in grids):
+            raise InvalidArgumentError("param_grid has no candidate: give a dict of parameter name -> list of values")
+        built = [self._candidate(params) for params in grid]  # every name checked before any preview runs
+        results = {k: [] for k in ("params", "mean_private_score", "std_private_score", "nonprivate_score",
+                                   "trivial_score", "sensitivity", "error")}
+        candidates = []
+        for params, cand in zip(grid, built):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    preview = cand.preview(n, repeats=repeats)
+            except RaydpError as exc:  # public data only: a candidate that cannot be fitted is out, and says why
+                row = dict(params=params, mean_private_score=np.nan, std_private_score=np.nan, nonprivate_score=np.nan,
+                           trivial_score=np.nan, sensitivity=np.nan, error=str(exc).splitlines()[0])
+                candidates.append(None)
+            else:
+                r = preview.rows[0]
+                row = dict(params=params, mean_private_score=r["mean"], std_private_score=r["sd"],
+                           nonprivate_score=preview.nonprivate[0],
+                           trivial_score=np.nan if preview.trivial is None else preview.trivial,
+                           sensitivity=preview.sensitivity, error=None)
+                candidates.append(cand)
+            for key in results:
+                results[key].append(row[key])
+        scores = np.array(results["mean_private_score"], dtype=float)
+        if np.all(np.isnan(scores)):
+            raise InvalidArgumentError("no candidate could be previewed on public records: "
+                                       + "; ".join(e for e in results["error"] if e))
+        order = np.argsort(-np.where(np.isnan(scores), -np.inf, scores), kind="stable")
+        rank = np.empty(len(scores), dtype=int)
+        rank[order] = np.arange(1, len(scores) + 1)
+        results["rank"] = rank.tolist()
+        self.cv_results_ = results
+        self.best_index_ = int(order[0])
+        self.best_params_ = grid[self.best_index_]
+        self.best_score_ = float(scores[self.best_index_])
+        self._best_candidate = candidates[self.best_index_]
+        self.n_candidates_ = len(grid)
+        return self
+
+    def fit(self, X, y=None):
+        """Search on public data for n = len(X), then fit and release the chosen candidate once on (X, y)."""
+        arr, _ = as_matrix(X, "X", values=self.ledger is None)
+        self.search(arr.shape[0])
+        best = self._candidate(self.best_params_, ledger=self.ledger)
+        best.preview_estimate_ = self._best_candidate.preview_estimate_  # its Δ̂, sampled in the search
+        self.best_estimator_ = best.fit(X, y)
+        return self
+
+    def table(self) -> str:
+        """The candidates as a Markdown table, best first."""
+        check_is_fitted(self, "cv_results_")
+        r = self.cv_results_
+        lines = ["| rank | params | expected private score | non-private | trivial | Δ̂ |", "|---|---|---|---|---|---|"]
+        for i in sorted(range(len(r["params"])), key=lambda j: r["rank"][j]):
+            lines.append(f"| {r['rank'][i]} | {r['params'][i]} | {r['mean_private_score'][i]:.3f} ± "
+                         f"{r['std_private_score'][i]:.3f} | {r['nonprivate_score'][i]:.3f} | "
+                         f"{r['trivial_score'][i]:.3f} | {r['sensitivity'][i]:.4g} |")
+        return "\n".join(lines)
+
+    def predict(self, X):
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.predict(X)
+
+    def predict_proba(self, X):
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.predict_proba(X)
+
+    def score(self, X, y=None):
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.score(X, y)

@@ -1,0 +1,169 @@
+"""How useful a private model will be, estimated from public records alone, before any private record is read.
+
+:func:`simulate` plays the release on public data: for each repeat it draws n records from the oracle
+(standing in for the private data), fits the estimator as the target does, releases the parameters
+with noise of the mechanism's own law and scale at the Δ̂ already sampled (Laplace scale Δ̂/ε, or the
+Gaussian's σ), and scores the released model on other oracle records — next to the same fit without noise and a trivial
+predictor (the majority class, or the mean). Nothing private is read and nothing is charged: the
+preview is a function of the public oracle, n, the estimator and Δ̂. Its noise is drawn from a seeded
+numpy generator, so the same preview is the same table twice; that is fine here because no private
+value is released — the release itself always draws from OpenDP's samplers.
+
+"Useless" is a one-sided judgement with the preview's own uncertainty: the release is called useless
+when the expected private score, less two standard errors, does not reach a tenth of the way from the
+trivial predictor's score to the non-private one (:meth:`UtilityPreview.useless`).
+
+What it cannot see: how far the private data differ from the oracle's. With a bootstrap oracle the
+test records are drawn from the same public rows as the training records, so both scores (private and
+not) are optimistic alike; their gap is what the preview is for.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import RaydpError
+from .inputs import is_classifier
+from .params import assign, resolve
+
+__all__ = ["UtilityPreview", "UtilityWarning", "simulate", "with_params"]
+
+# The preview's own public draws: a fixed stream, apart from the skeleton's and the sampler's.
+_PREVIEW_SEED = 0x9E_71E5
+
+
+class UtilityWarning(UserWarning):
+    """The previewed private model is not shown to beat a trivial predictor (see :meth:`UtilityPreview.useless`)."""
+
+
+def with_params(model, target, values: np.ndarray):
+    """A copy of ``model`` with ``target``'s released parameters set from the flat vector ``values``."""
+    out = copy.deepcopy(model)
+    values = np.asarray(values, dtype=np.float64)
+    at = 0
+    for path, shape in zip(target.params, target.shapes):
+        size = math.prod(shape)
+        part = values[at: at + size]
+        at += size
+        original = resolve(model, path)
+        assign(out, path, part.reshape(shape).copy() if isinstance(original, np.ndarray) else float(part[0]))
+    return out
+
+
+@dataclass(frozen=True)
+class UtilityPreview:
+    """Expected score of the released model per ε, from public records only (no privacy spent).
+
+    ``rows``: one dict per ε with ``epsilon``, ``mean``, ``sd`` and the repeats' ``scores``;
+    ``nonprivate``: the same fits without noise (mean, sd); ``trivial``: the majority class's accuracy
+    or the mean's R² (None for an unsupervised estimator); ``metric``: what ``score`` measures.
+    """
+
+    n: int
+    sensitivity: float
+    mechanism: str
+    metric: str
+    rows: list
+    nonprivate: tuple
+    trivial: float | None
+    repeats: int
+    public_steps: list = field(default_factory=list)
+
+    def expected(self, epsilon: float) -> float:
+        return self._row(epsilon)["mean"]
+
+    def useless(self, epsilon: float) -> bool:
+        """The release is not shown to beat the trivial predictor: the expected private score less two
+        standard errors stays below ``trivial + 0.1·(non-private − trivial)``."""
+        if self.trivial is None:
+            return False
+        row = self._row(epsilon)
+        margin = 0.1 * max(self.nonprivate[0] - self.trivial, 0.0)
+        return row["mean"] - 2 * row["sd"] / math.sqrt(max(len(row["scores"]), 1)) <= self.trivial + margin
+
+    def _row(self, epsilon: float) -> dict:
+        for r in self.rows:
+            if math.isclose(r["epsilon"], epsilon):
+                return r
+        raise KeyError(f"no preview at epsilon={epsilon}; previewed: {[r['epsilon'] for r in self.rows]}")
+
+    def table(self) -> str:
+        """A Markdown table: ε, expected private score ± sd, non-private, trivial."""
+        head = f"| ε | expected private {self.metric} | non-private | trivial |\n|---|---|---|---|\n"
+        np_mean, np_sd = self.nonprivate
+        triv = "—" if self.trivial is None else f"{self.trivial:.3f}"
+        return head + "\n".join(f"| {r['epsilon']:g} | {r['mean']:.3f} ± {r['sd']:.3f} | {np_mean:.3f} ± {np_sd:.3f} | "
+                                f"{triv} |" for r in self.rows)
+
+    def __str__(self) -> str:
+        public = f"; fitted on public records: {', '.join(self.public_steps)}" if self.public_steps else ""
+        return (f"Utility preview from public oracle records only (no private record read, no privacy spent): "
+                f"n={self.n}, {self.mechanism} with Δ̂={self.sensitivity:.4g}, {self.repeats} repeats{public}\n"
+                + self.table())
+
+
+def _score(model, X, y) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(model.score(X) if y is None else model.score(X, y))
+
+
+def _trivial(model, Xtr, ytr, Xte, yte) -> float | None:
+    if ytr is None:
+        return None
+    from sklearn.dummy import DummyClassifier, DummyRegressor
+
+    dummy = DummyClassifier(strategy="most_frequent") if is_classifier(model) else DummyRegressor()
+    return _score(dummy.fit(Xtr, ytr), Xte, yte)
+
+
+def _noised(mechanism, vec: np.ndarray, sensitivity: float, rng: np.random.Generator) -> np.ndarray:
+    """``vec`` plus noise of ``mechanism``'s law and scale, from a seeded generator (public data only)."""
+    scale = mechanism.noise_scale(sensitivity)
+    if mechanism.name == "laplace":
+        return vec + rng.laplace(0.0, scale, vec.shape)
+    if mechanism.name == "gaussian":
+        return vec + rng.normal(0.0, scale, vec.shape)
+    raise RaydpError(f"no preview for a {mechanism.name} mechanism: Laplace or Gaussian only")
+
+
+def simulate(skeleton_model, target, oracle, n: int, sensitivity: float, mechanisms: dict, repeats: int = 5,
+             test_records: int | None = None, seed: int = _PREVIEW_SEED) -> UtilityPreview:
+    """The preview: ``mechanisms`` maps each ε to the mechanism that would release at it."""
+    if not mechanisms:
+        raise RaydpError("no epsilon to preview")
+    test_records = max(n, 200) if test_records is None else test_records
+    per_eps = {eps: [] for eps in mechanisms}
+    clean, trivial = [], []
+    for r in range(repeats):
+        rng = np.random.default_rng([seed, r])
+        train = np.asarray(oracle.sample(rng, n), dtype=np.float64)
+        test = np.asarray(oracle.sample(rng, test_records), dtype=np.float64)
+        Xtr, ytr = target.split(train)
+        Xte, yte = target.split(test)
+        try:
+            vec = target(train)
+        except RaydpError:
+            continue  # a public draw the fit cannot take (a class missing): not a preview of anything
+        clean.append(_score(with_params(skeleton_model, target, vec), Xte, yte))
+        t = _trivial(skeleton_model, Xtr, ytr, Xte, yte)
+        if t is not None:
+            trivial.append(t)
+        for eps, mech in mechanisms.items():
+            noisy = _noised(mech, vec, sensitivity, rng)
+            per_eps[eps].append(_score(with_params(skeleton_model, target, noisy), Xte, yte))
+    if not clean:
+        raise RaydpError(f"no preview: the estimator could not be fitted on any of {repeats} public draws of n={n}")
+    sd = (lambda v: statistics.stdev(v) if len(v) > 1 else 0.0)
+    rows = [dict(epsilon=float(eps), mean=statistics.fmean(v), sd=sd(v), scores=v) for eps, v in per_eps.items()]
+    metric = ("accuracy" if is_classifier(skeleton_model) else "R²") if target.supervised else "score"
+    first = next(iter(mechanisms.values()))
+    return UtilityPreview(n=n, sensitivity=float(sensitivity), mechanism=first.name, metric=metric, rows=rows,
+                          nonprivate=(statistics.fmean(clean), sd(clean)),
+                          trivial=statistics.fmean(trivial) if trivial else None, repeats=len(clean))

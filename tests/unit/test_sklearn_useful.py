@@ -1,0 +1,168 @@
+"""Private models useful by default (issue 21): public preprocessing, a utility preview from public data,
+the warning (or refusal) before a useless release, and model selection on public data.
+
+Data: three well-separated classes whose third feature is in the thousands (like a body mass in grams),
+as in the issue's penguins; the oracle is a bootstrap of public rows. Fixed seeds throughout.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.decomposition import PCA
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import raydp
+from raydp import SamplerOptions, oracles
+from raydp.errors import InvalidArgumentError, UtilityError
+from raydp.identity import describe
+from raydp.sklearn import PrivateEstimator, PrivateSearchCV, UtilityWarning
+
+PLAN = dict(gamma=0.3)  # m = k = 24 pairs: fast, and enough for the comparisons below
+OPT = SamplerOptions(seed=3, progress=False, backend="local")
+
+
+def penguins_like(size: int, seed: int):
+    """Three classes, four features on very different scales (the third in grams)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, size)
+    centres = np.array([[38.0, 18.0, 3700.0, 190.0], [48.0, 18.0, 3700.0, 196.0], [47.0, 15.0, 5100.0, 217.0]])
+    spread = np.array([2.5, 1.0, 450.0, 6.0])
+    return centres[y] + rng.normal(0, 1, (size, 4)) * spread, y
+
+
+@pytest.fixture(scope="module")
+def data():
+    Xp, yp = penguins_like(600, 1)
+    X, y = penguins_like(300, 2)
+    Xt, yt = penguins_like(1000, 3)
+    return oracles.bootstrap(np.column_stack([Xp, yp])), X, y, Xt, yt
+
+
+def one_liner(oracle, **kw):
+    kw = {"epsilon": 1.0, **PLAN, "options": OPT, **kw}
+    return PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression(C=0.1)), oracle=oracle, **kw)
+
+
+def test_public_preprocessing_is_the_default_and_only_the_model_is_released(data):
+    oracle, X, y, Xt, yt = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UtilityWarning)
+        before = one_liner(oracle, public_steps=None).fit(X, y)  # the behaviour before issue 21
+    after = one_liner(oracle).fit(X, y)
+    assert after.public_steps_ == ["standardscaler"] and before.public_steps_ == []
+    assert after.released_params_ == ["logisticregression.coef_", "logisticregression.intercept_"]
+    assert "standardscaler.mean_" in before.released_params_
+    # the scaler's statistics are the public records', frozen: not the private data's, not noised
+    scaler = after.estimator_.named_steps["standardscaler"].estimator
+    assert abs(scaler.mean_[2] - 4100) < 300 and not np.allclose(scaler.mean_, X.mean(axis=0))
+    # Δ̂ falls by orders of magnitude (a mean in grams was released), and the model becomes useful
+    assert after.estimate_.sensitivity < before.estimate_.sensitivity / 20
+    assert after.score(Xt, yt) > 0.85 > 0.6 > before.score(Xt, yt)
+    assert "fitted on public oracle records and not released (no privacy cost): standardscaler" in after.statement()
+    assert after.statement().startswith(after.release_.statement())
+
+
+def test_a_public_fit_is_part_of_the_run_identity(data):
+    """A Δ̂ sampled with one public fit of the scaler is never reused with another: the frozen statistics
+    are in the target's identity (a digest of the fitted attributes)."""
+    oracle, X, y, *_ = data
+    a = one_liner(oracle).fit(X, y)
+    other = oracles.bootstrap(np.column_stack(penguins_like(600, 9)))
+    b = one_liner(other).fit(X, y)
+    ta, tb = describe(a.target_), describe(b.target_)
+    assert ta != tb and ta["params"]["estimator"]["standardscaler"]["frozen"].endswith("StandardScaler")
+    assert a.target_.identity() == one_liner(oracle).fit(X, y).target_.identity()  # and reproducible
+
+
+def test_public_steps_can_be_chosen_or_refused(data):
+    oracle, X, y, *_ = data
+    pipe = make_pipeline(StandardScaler(), PCA(n_components=2), LogisticRegression(C=0.1))
+    chosen = PrivateEstimator(pipe, oracle=oracle, epsilon=1.0, public_steps=["standardscaler", "pca"], **PLAN,
+                              options=OPT).fit(X, y)
+    assert chosen.public_steps_ == ["standardscaler", "pca"]
+    assert chosen.released_params_ == ["logisticregression.coef_", "logisticregression.intercept_"]
+    auto = PrivateEstimator(pipe, oracle=oracle, epsilon=1.0, **PLAN, options=OPT).fit(X, y)
+    assert auto.public_steps_ == ["standardscaler"]  # a PCA is public only when named
+    assert any(p.startswith("pca.") for p in auto.released_params_)
+    for bad, match in [(["nope"], "no step named 'nope'"), (["logisticregression"], "last step"),
+                       (["pca"], "leading steps"), ("all", "public_steps must be"), ([1], "public_steps must be")]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            PrivateEstimator(pipe, oracle=oracle, epsilon=1.0, public_steps=bad, **PLAN, options=OPT).fit(X, y)
+    with pytest.raises(InvalidArgumentError, match="not a Pipeline"):
+        PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, public_steps=["x"], **PLAN,
+                         options=OPT).fit(X, y)
+
+
+def test_preview_reads_no_private_record_and_fit_reuses_its_sensitivity(data):
+    oracle, X, y, Xt, yt = data
+    pe = one_liner(oracle)
+    preview = pe.preview(len(X), epsilons=[0.01, 1.0, 100.0], repeats=5)
+    assert [r["epsilon"] for r in preview.rows] == [0.01, 1.0, 100.0] and preview.repeats == 5
+    assert "no private record read, no privacy spent" in str(preview) and "| 100 |" in preview.table()
+    # at ε = 100 the release is the fit; at ε = 0.01 it is noise: the preview must show both
+    assert abs(preview.expected(100.0) - preview.nonprivate[0]) < 0.05
+    assert preview.expected(0.01) < preview.expected(1.0) <= preview.nonprivate[0] + 0.02
+    assert 0.25 < preview.trivial < 0.45  # the majority class of three
+    pe.fit(X, y)
+    assert pe.estimate_ is pe.preview_estimate_  # no second sampling: the Δ̂ was made from public data
+    # the preview predicted the realised score on fresh data within its spread (3 sd, or 0.1)
+    row = preview.rows[1]
+    assert abs(pe.score(Xt, yt) - row["mean"]) <= max(3 * row["sd"], 0.1)
+
+
+def test_fit_warns_before_a_useless_release_and_strict_refuses_it_uncharged(data, tmp_path):
+    oracle, X, y, *_ = data
+    with pytest.warns(UtilityWarning, match="not clearly better than a trivial predictor"):
+        pe = one_liner(oracle, public_steps=None, epsilon=0.05).fit(X, y)
+    assert pe.utility_.useless(0.05)
+    ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=1.0)
+    with pytest.raises(UtilityError, match="strict=True: nothing was released or charged"):
+        one_liner(oracle, public_steps=None, epsilon=0.05, strict=True, ledger=ledger).fit(X, y)
+    assert ledger.spent() == (0.0, 0.0) and ledger.entries() == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        useful = one_liner(oracle).fit(X, y)  # the default one-liner: no warning
+    assert not useful.utility_.useless(1.0)
+
+
+def test_search_chooses_on_public_data_and_releases_once(data, tmp_path):
+    oracle, X, y, Xt, yt = data
+    ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=2.0)
+    search = PrivateSearchCV(make_pipeline(StandardScaler(), LogisticRegression()),
+                             {"logisticregression__C": [0.01, 0.1, 10.0], "public_steps": ["auto", None]},
+                             oracle=oracle, epsilon=1.0, **PLAN, options=OPT, ledger=ledger, repeats=3)
+    search.fit(X, y)
+    r = search.cv_results_
+    assert len(r["params"]) == 6 and sorted(r["rank"]) == list(range(1, 7))
+    assert search.best_params_["public_steps"] == "auto"
+    assert search.best_score_ == max(r["mean_private_score"])
+    # one release, one charge, reusing the Δ̂ its preview sampled
+    assert len(ledger.entries()) == 1 and ledger.spent() == (1.0, 0.0)
+    best = search.best_estimator_
+    assert best.estimate_.sensitivity == r["sensitivity"][search.best_index_]
+    assert search.score(Xt, yt) > 0.85
+    assert "| 1 |" in search.table()
+
+
+def test_search_refuses_a_bad_grid(data):
+    oracle, X, y, *_ = data
+    for grid in ({"logisticregression__nope": [1]}, {}):
+        with pytest.raises(InvalidArgumentError):
+            PrivateSearchCV(make_pipeline(StandardScaler(), LogisticRegression()), grid, oracle=oracle, epsilon=1.0,
+                            **PLAN, options=OPT).search(len(X))
+
+
+def test_a_regressor_previews_against_the_mean(data):
+    rng = np.random.default_rng(5)
+    Xp = rng.normal(0, 1000, (500, 3))
+    yp = Xp @ np.array([0.002, -0.001, 0.0005]) + rng.normal(0, 0.3, 500)
+    pe = PrivateEstimator(make_pipeline(StandardScaler(), Ridge(alpha=10.0)),
+                          oracle=oracles.bootstrap(np.column_stack([Xp, yp])), epsilon=2.0, **PLAN, options=OPT)
+    preview = pe.preview(300, repeats=3)
+    assert preview.metric == "R²" and abs(preview.trivial) < 0.1
+    assert preview.nonprivate[0] > 0.8

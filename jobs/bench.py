@@ -1,7 +1,8 @@
 """Benchmark: raydp against a serial loop, joblib and the machine's limit, side by side in one run.
 
-Five sections (issues 5, 12); each prints a Markdown table and all of them go to ``--out`` as
-``bench.json`` and ``bench.md``:
+Six sections (issues 5, 12, 20); each prints a Markdown table and all of them go to ``--out`` as
+``bench.json`` and ``bench.md`` (a run of some sections, ``--sections perpair``, writes
+``bench_perpair.{json,md}`` instead, and leaves the full report alone):
 
 0. **first** — time to first result, each a whole fresh process, repeats interleaved: a small run
    (mean of Exp(1), n = 100, γ = 0.05) with the default backend (``auto``: in process, Ray not
@@ -17,6 +18,10 @@ Five sections (issues 5, 12); each prints a Markdown table and all of them go to
        drawing the same records and computing the same means with no framework at all.
    Every row checks that (b), (c) and (d) return exactly the Δ̂ of the serial loop (same seed, same
    blocks, same arithmetic, bit for bit).
+1b. **perpair** — a per-pair target (the mean evaluated one database at a time, no ``batch``), n = 100,
+   m ∈ {1305, 41 971, 10⁶}: the issue-20 defaults (one pair per block up to m = 2048; guided grouping
+   on Ray) against the old ones (~256 blocks, fixed grouping), in turn — what a cheap per-pair target
+   pays for blocks that let an expensive one spread.
 2. **svm** — the paper's SVM (n = 1000, d = 8): seconds for the serial loop, joblib with all cores,
    raydp on Ray with all cores, all three evaluating each pair with two cold libsvm fits; parallel
    efficiency = serial / (cores × raydp) and raydp / joblib. A last row runs raydp's default
@@ -63,7 +68,7 @@ import raydp
 from raydp import oracles, targets
 from raydp.engine.blocks import BlockLayout, BlockResult, PairJob, block_rng, default_block_size
 
-SECTIONS = ("first", "cheap", "svm", "scaling", "overheads")
+SECTIONS = ("first", "cheap", "perpair", "svm", "scaling", "overheads")
 
 
 # ----------------------------------------------------------------------------- reference loops
@@ -330,6 +335,87 @@ def section_cheap(args, cores: int) -> dict:
     return {"rows": rows, "goals": goals, "markdown": md}
 
 
+class PerPairMean:
+    """The mean of the records, evaluated one database at a time (no ``batch``): the cheapest per-pair
+    target, where a block's fixed cost weighs most."""
+
+    def __call__(self, database):
+        return np.array([np.mean(database)])
+
+    def identity(self) -> dict:
+        return {"name": "per-pair-mean", "params": {}}
+
+
+def old_block_size(n: int, m: int) -> int:
+    """The per-pair default before issue 20: about 256 blocks (⌈m / 256⌉, at most 65 536 records)."""
+    return max(1, min(65536 // (n + 1), -(-m // 256)))
+
+
+def old_group_size(blocks: int, slots: int, per_slot: int = 4) -> int:
+    """The Ray grouping before issue 20, approximately: one block per task up to per_slot·slots blocks,
+    else ⌈blocks / (per_slot · slots)⌉ (its wave-filling refinement left out)."""
+    return 1 if blocks <= per_slot * slots else -(-blocks // (per_slot * slots))
+
+
+def section_perpair(args, cores: int) -> dict:
+    """Per-pair targets under the issue-20 defaults (one pair per block up to m = 2048, ~2048 blocks
+    above; guided grouping on Ray) against the old ones (~256 blocks, fixed grouping), in turn.
+
+    A cheap per-pair target pays the new defaults' extra blocks (each ~40-90 µs of seeding and
+    bookkeeping); an expensive one (the SVM) gains the parallelism they allow."""
+    from raydp.engine.blocks import default_block_size
+
+    n = 100
+    ms = [1305, 41971, 10**6] if not args.quick else [1305, 20000]
+    rows, goals = [], []
+    backends = [("local", "local")] + ([] if args.no_ray else [("ray", "ray")])
+    for m in ms:
+        new_bs, old_bs = default_block_size(n, m), old_block_size(n, m)
+        for label, backend in backends:
+            if backend == "ray" and m > 50000:
+                continue  # the per-task story is told at the smaller m; 10⁶ cheap pairs on 2 cores is in process
+            ratios, t_new, t_old = [], [], []
+            for rep in range(args.repeats + 1):  # the first pair of runs is a warm-up
+                order = ("new", "old") if rep % 2 == 0 else ("old", "new")
+                got = {}
+                for which in order:
+                    bs = new_bs if which == "new" else old_bs
+                    be = backend
+                    if backend == "ray" and which == "old":
+                        be = raydp.RayBackend(group_size=old_group_size(-(-m // bs), cores))
+                    elif backend == "ray":
+                        be = raydp.RayBackend()
+                    t0 = time.perf_counter()
+                    est = estimate(n, m, m, args.seed, be, block_size=bs, target=PerPairMean())
+                    got[which] = (time.perf_counter() - t0, est.sensitivity)
+                if rep == 0:
+                    continue
+                t_new.append(got["new"][0])
+                t_old.append(got["old"][0])
+                ratios.append(got["new"][0] / got["old"][0])
+            ratio = statistics.median(ratios)
+            rows.append(dict(m=m, backend=label, new_block=new_bs, old_block=old_bs, new_s=statistics.median(t_new),
+                             old_s=statistics.median(t_old), ratio=ratio, ratio_min=min(ratios), ratio_max=max(ratios),
+                             extra_s=statistics.median(t_new) - statistics.median(t_old)))
+            say(args, f"perpair m={m} {label}: new {statistics.median(t_new):.3f}s (block {new_bs}) vs old "
+                      f"{statistics.median(t_old):.3f}s (block {old_bs}): ratio {ratio:.2f}")
+    for r in rows:
+        if r["old_s"] >= 2.0:  # runs long enough that a share is what a user feels
+            goals.append({"goal": f"per-pair mean, m={r['m']} {r['backend']}: new/old time <= 1.10",
+                          "value": r["ratio"], "ok": r["ratio"] <= 1.10})
+        else:
+            goals.append({"goal": f"per-pair mean, m={r['m']} {r['backend']}: new - old <= 0.25 s (a run under 2 s)",
+                          "value": r["extra_s"], "ok": r["extra_s"] <= 0.25})
+    md = _report.table(["m", "backend", "block new / old", "new s", "old s", "new/old (median)", "range", "new − old s"],
+                       [[f"{r['m']:,}", r["backend"], f"{r['new_block']} / {r['old_block']}", f"{r['new_s']:.3f}",
+                         f"{r['old_s']:.3f}", f"{r['ratio']:.2f}", f"{r['ratio_min']:.2f}–{r['ratio_max']:.2f}",
+                         f"{r['extra_s']:+.3f}"] for r in rows])
+    md += ("\n\nThe cheapest per-pair target (the mean, one database at a time, n = 100), new defaults against "
+           "the old in turn, median of the repeats after a warm-up pair. A run under 2 s is judged by the seconds "
+           "it loses, a longer one by the ratio.\n")
+    return {"rows": rows, "goals": goals, "markdown": md}
+
+
 def section_svm(args, cores: int) -> dict:
     from joblib import Parallel, delayed
 
@@ -573,7 +659,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
-                    help="directory for bench.json and bench.md (default: jobs/results)")
+                    help="directory for bench.json and bench.md, or bench_<sections>.* (default: jobs/results)")
     ap.add_argument("--cores", type=int, default=os.cpu_count(), help="CPUs for Ray and joblib (default: all)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per cell; the median is kept (default 3)")
     ap.add_argument("--seed", type=int, default=0)
@@ -608,7 +694,7 @@ def main(argv=None) -> int:
 
     cores = args.cores
     report = dict(_report.start("bench", argv), sections={})
-    if any(s in sections for s in ("cheap", "svm", "overheads")):
+    if any(s in sections for s in ("cheap", "perpair", "svm", "overheads")):
         report["ray_start_s"] = start_ray(cores)
     for name in sections:
         report["sections"][name] = globals()[f"section_{name}"](args, cores)
@@ -622,10 +708,12 @@ def main(argv=None) -> int:
     md.append("## goals\n\n" + _report.table(["goal", "measured", "met"], [
         [g["goal"], f"{g['value']:.3g}" if isinstance(g["value"], float) else g["value"], "yes" if g["ok"] else "**no**"]
         for g in goals]) + "\n")
-    _report.write(args.out, "bench", report, "\n".join(md))
+    # a run of some sections never overwrites the full report: bench_<sections>.{json,md}
+    name = "bench" if set(sections) == set(SECTIONS) else "bench_" + "_".join(sections)
+    _report.write(args.out, name, report, "\n".join(md))
     if not args.quiet:
         print("## goals\n\n" + md[-1].split("\n", 2)[2])
-        print(f"wrote {os.path.join(args.out, 'bench.json')} and bench.md")
+        print(f"wrote {os.path.join(args.out, name + '.json')} and {name}.md")
     return 0
 
 

@@ -10,6 +10,7 @@ the reducer, the store — at a width the hardware could not give. Everything is
     python jobs/scale_sim.py                        # ≈ 25 min: widths 8 16 32 64, pairs of 10 ms, 100 ms, 1 s
     python jobs/scale_sim.py --quick --out /tmp/s   # one 4-slot cluster, tiny runs: the plumbing in ~1 min
     python jobs/scale_sim.py --project-only         # model + projection again from jobs/results/scale_sim.json
+    python jobs/scale_sim.py --wide-case --repeats 3  # the issue-20 case (64 slots, m = 1305, 100 ms): ≈ 3 min
 
 Per width it starts one cluster (``--nodes`` nodes of width/nodes CPUs), one driver process (so its
 CPU time and peak RSS are its own), warms every slot's worker up, then runs, ``--repeats`` times in
@@ -89,6 +90,37 @@ class Sleeper:
 
     def identity(self) -> dict:
         return {"name": "sleeper", "params": {"seconds": self.seconds}}
+
+
+class SleepyEval(Sleeper):
+    """A target that waits ``seconds`` per *evaluation* (two per pair) and has no ``pair`` method:
+    the issue-20 case (100 ms per evaluation, m = 1305 on 64 slots)."""
+
+    pair = None
+
+    def __call__(self, database):
+        time.sleep(self.seconds)
+        return np.mean(np.asarray(database, dtype=np.float64), axis=0)
+
+    def identity(self) -> dict:
+        return {"name": "sleepy-eval", "params": {"seconds": self.seconds}}
+
+
+class HeavySetup(SleepyEval):
+    """:class:`SleepyEval` with a ``setup()`` of ``setup_seconds`` (loading a model, compiling) that
+    leaves a file named by its process id in ``setup_dir``: a run counts its set-ups per worker."""
+
+    def __init__(self, seconds: float, setup_seconds: float, setup_dir: str):
+        super().__init__(seconds)
+        self.setup_seconds, self.setup_dir = float(setup_seconds), setup_dir
+
+    def setup(self):
+        time.sleep(self.setup_seconds)
+        with open(os.path.join(self.setup_dir, f"setup-{os.getpid()}-{time.monotonic_ns()}"), "w"):
+            pass
+
+    def identity(self) -> dict:
+        return {"name": "heavy-setup", "params": {"seconds": self.seconds, "setup_seconds": self.setup_seconds}}
 
 
 # ----------------------------------------------------------------------------- /proc helpers
@@ -448,12 +480,60 @@ def project(costs: Costs, svm: dict) -> list[dict]:
         for cores in PROJECT_CORES:
             best = recommended_block_size(costs, m, t, cores, SVM["n"], cv_pair)
             for which, bs in (("default", bs_def), ("best for the width", best)):
-                blocks, g, tasks = layout(m, bs, cores)
+                blocks, g, tasks = layout(m, bs, cores, t_pair=t)
                 p = predict(costs, m, t, bs, cores, cv_task=cv_pair / math.sqrt(g * bs))
                 rows.append(dict(gamma=gamma, m=m, cores=cores, block_size=bs, which=which, blocks=blocks, group=g,
                                  tasks=tasks, task_s=p["tau_s"], wall_s=p["wall_s"], efficiency=p["efficiency"],
                                  bound=p["bound"], max_slots=p["max_slots"], core_hours=m * t / 3600))
     return rows
+
+
+EXPENSIVE = (1.0, 60.0, 600.0)  # seconds per evaluation of the target (a pair is two)
+EXPENSIVE_SLOTS = (8, 64, 1000)
+
+
+def expensive_targets(costs: Costs, gammas=(0.05, 0.01)) -> list[dict]:
+    """What a user with a 1 s, 60 s or 10 min target (per evaluation; a pair is two) should expect at
+    8, 64 and 1 000 slots, at the default block size and grouping: wall time, efficiency, and the
+    wall time that m pairs allow (⌈m / slots⌉ pair times, one pair per slot at a time)."""
+    import raydp
+    from raydp.engine.blocks import default_block_size
+
+    rows = []
+    for gamma in gammas:
+        m = raydp.plan(gamma=gamma).m
+        bs = default_block_size(100, m)  # n only caps records per block; 100 is typical here
+        for t_eval in EXPENSIVE:
+            t = 2 * t_eval
+            for slots in EXPENSIVE_SLOTS:
+                p = predict(costs, m, t, bs, slots)
+                allowed = -(-m // slots) * t
+                rows.append(dict(gamma=gamma, m=m, t_eval=t_eval, slots=slots, block_size=bs, tasks=p["tasks"],
+                                 wall_s=p["wall_s"], efficiency=p["efficiency"], allowed_s=allowed,
+                                 of_allowed=allowed / p["wall_s"], bound=p["bound"]))
+    return rows
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def expensive_markdown(rows: list[dict]) -> str:
+    out = ["## Expensive targets: what to expect (model, default block size and grouping)\n",
+           "Per evaluation of the target; a pair is two evaluations. *allowed* = ⌈m / slots⌉ pair times, the "
+           "best any scheduler can do with m pairs; *of allowed* = allowed ÷ projected wall.\n"]
+    out.append(_report.table(["γ", "m", "target", "slots", "tasks", "projected wall", "efficiency", "allowed",
+                              "of allowed", "bound"],
+                             [[r["gamma"], f"{r['m']:,}", _duration(r["t_eval"]), f"{r['slots']:,}", f"{r['tasks']:,}",
+                               _duration(r["wall_s"]), f"{r['efficiency']:.2f}", _duration(r["allowed_s"]),
+                               f"{r['of_allowed']:.2f}", r["bound"]] for r in rows]))
+    return "\n".join(out) + "\n"
 
 
 # Cloud price assumption (on-demand list prices, AWS us-west-2, Linux; check current pricing): the
@@ -474,7 +554,7 @@ def cloud_costs(costs: Costs, svm: dict, gamma: float = 0.001, workers=(2, 4, 8,
     rows = []
     for w in workers:
         slots = w * CLOUD["worker_vcpus"]
-        blocks, g, _ = layout(m, bs, slots)
+        blocks, g, _ = layout(m, bs, slots, t_pair=svm["t_pair_s"])
         p = predict(costs, m, svm["t_pair_s"], bs, slots, cv_task=svm["pair_cv_est"] / math.sqrt(g * bs))
         billed_h = (CLOUD["boot_min"] + CLOUD["idle_min"]) / 60 + p["wall_s"] / 3600
         usd = billed_h * (w * CLOUD["worker_usd_h"] + CLOUD["head_usd_h"])
@@ -620,6 +700,118 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------- the issue-20 case
+WIDE = dict(nodes=2, cpus_per_node=32, m=1305, t_eval=0.1, setup_s=2.0)
+
+
+def wide_driver(config_path: str) -> int:
+    """Driver of ``--wide-case``: warm every slot, then take turns: the default, the 0ed1578 layout
+    (blocks of ⌈m/256⌉ = 6 pairs, one block per task) and a target with a 2 s ``setup()``."""
+    import ray
+
+    import raydp
+    from raydp import oracles
+    from raydp.engine import ray as ray_engine
+
+    with open(config_path) as f:
+        cfg = json.load(f)
+    address, m, t = cfg["address"], WIDE["m"], WIDE["t_eval"]
+    backend = raydp.RayBackend(address=address)
+    backend.connect()
+    slots = backend.slots()
+    for _ in range(6):  # warm-up: every slot gets a worker that has imported raydp
+        t0 = time.perf_counter()
+        raydp.estimate_sensitivity(Sleeper(2.0), oracles.exponential(1.0), SIM_N, m=slots, k=slots, seed=1,
+                                   block_size=1, backend=raydp.RayBackend(address=address, group_size=1),
+                                   progress=False)
+        if time.perf_counter() - t0 < 3.0:
+            break
+    runs = {"default": {}, "0ed1578": dict(block_size=-(-m // 256), group=1), "setup": {}}
+    out = {"slots": slots, "m": m, "t_eval": t, "runs": []}
+    ideal = 2 * m * t / slots
+    with tempfile.TemporaryDirectory(prefix="wide-setup-") as setup_root:
+        for rep in range(cfg["repeats"]):
+            for kind in (runs if rep % 2 == 0 else list(reversed(runs))):
+                spec = runs[kind]
+                target = SleepyEval(t)
+                if kind == "setup":
+                    setup_dir = os.path.join(setup_root, str(rep))
+                    os.makedirs(setup_dir)
+                    target = HeavySetup(t, WIDE["setup_s"], setup_dir)
+                be = raydp.RayBackend(address=address, group_size=spec.get("group"))
+                t0 = time.perf_counter()
+                est = raydp.estimate_sensitivity(target, oracles.exponential(1.0), SIM_N, m=m, k=m, seed=rep,
+                                                 block_size=spec.get("block_size"), backend=be, progress=False)
+                wall = time.perf_counter() - t0
+                stats = ray_engine.last_stats()
+                done = sorted(stats.done)
+                row = dict(kind=kind, repeat=rep, wall_s=wall, efficiency=ideal / wall, block_size=est.block_size,
+                           tasks=stats.groups, engine_wall_s=stats.wall_s,
+                           # where the time went: outside the engine (probe, plan, set-up), to the first
+                           # result, to the last; blocks' own seconds against the slot time
+                           outside_s=wall - stats.wall_s, first_done_s=done[0] if done else None,
+                           last_done_s=done[-1] if done else None,
+                           slot_busy=stats.busy_s / (slots * stats.wall_s) if stats.wall_s else None)
+                if kind == "setup":
+                    files = os.listdir(setup_dir)
+                    pids = {f.split("-")[1] for f in files}
+                    row.update(setups=len(files), setup_processes=len(pids),
+                               # the driver sets up once too (before its probe): workers = the rest
+                               setup_s_paid=len(files) * WIDE["setup_s"])
+                out["runs"].append(row)
+                print(f"  {kind:8s} rep {rep}: wall {wall:5.2f} s, efficiency {row['efficiency']:.3f}, "
+                      f"block {row['block_size']}, tasks {row['tasks']}"
+                      + (f", set-ups {row['setups']} in {row['setup_processes']} processes" if kind == "setup" else ""),
+                      file=sys.stderr, flush=True)
+    with open(cfg["result"], "w") as f:
+        json.dump(out, f)
+    ray.shutdown()
+    return 0
+
+
+def wide_case(args) -> dict:
+    """The issue-20 case on one 2 × 32-slot loopback cluster; returns the report."""
+    from raydp.local_cluster import LocalCluster
+
+    env = dict(NODE_ENV, PYTHONPATH=os.pathsep.join([REPO, HERE]))
+    report = dict(_report.start("scale_sim_wide", sys.argv[1:]), case=WIDE)
+    with LocalCluster(workers=WIDE["nodes"] - 1, cpus_per_node=WIDE["cpus_per_node"], extra_env=env,
+                      object_store_bytes=OBJECT_STORE_BYTES) as c:
+        with tempfile.TemporaryDirectory(prefix="scale-sim-wide-") as tmp:
+            cfg = dict(address=c.address, repeats=args.repeats, result=os.path.join(tmp, "out.json"))
+            path = os.path.join(tmp, "cfg.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "_wide_driver", path],
+                               env=dict(c.env, PYTHONPATH=env["PYTHONPATH"]), timeout=args.timeout)
+            if p.returncode != 0:
+                raise RuntimeError(f"wide-case driver failed (exit {p.returncode})")
+            with open(cfg["result"]) as f:
+                report.update(json.load(f))
+    rows, summary = [], {}
+    for kind in ("default", "0ed1578", "setup"):
+        effs = [r["efficiency"] for r in report["runs"] if r["kind"] == kind]
+        r0 = next(r for r in report["runs"] if r["kind"] == kind)
+        summary[kind] = dict(median=statistics.median(effs), min=min(effs), max=max(effs))
+        extra = ""
+        if kind == "setup":
+            s = [r for r in report["runs"] if r["kind"] == kind]
+            extra = ", ".join(f"{r['setups']} in {r['setup_processes']} processes" for r in s)
+        rows.append([kind, r0["block_size"], r0["tasks"], f"{summary[kind]['median']:.3f}",
+                     f"{summary[kind]['min']:.3f}–{summary[kind]['max']:.3f}", len(effs), extra])
+    report["summary"] = summary
+    md = (f"# Issue-20 case: {report['slots']} slots ({WIDE['nodes']} loopback nodes × {WIDE['cpus_per_node']} CPUs), "
+          f"m = {WIDE['m']}, {1e3 * WIDE['t_eval']:.0f} ms per evaluation, warm workers\n\n"
+          "efficiency = (2·m·t / slots) / wall. `0ed1578` = that commit's layout (blocks of ⌈m/256⌉ pairs, one "
+          "block per task), run in the same driver in turn; `setup` = the default with a 2 s `setup()` "
+          "(set-ups counted: the driver's one plus one per worker process that ran a task).\n\n"
+          + _report.table(["run", "block size", "tasks", "efficiency (median)", "range", "repeats", "set-ups"], rows)
+          + f"\n\nGoal (issue 20): default ≥ 0.9 — {'met' if summary['default']['median'] >= 0.9 else 'NOT met'}.\n")
+    _report.write(args.out, "scale_sim_wide", report, md)
+    print(md)
+    return report
+
+
 def plot(report: dict, path: str) -> None:
     from _plots import pyplot
 
@@ -689,7 +881,8 @@ def finish(report: dict, out: str) -> None:
     report["projection"] = project(costs, report["svm"])
     report["best_width"] = {str(g): best_width(costs, report["svm"], g) for g in GAMMAS}
     report["cloud"] = {"assumption": CLOUD, "rows": cloud_costs(costs, report["svm"])}
-    md = markdown(report)
+    report["expensive"] = expensive_targets(costs)
+    md = markdown(report) + "\n" + expensive_markdown(report["expensive"])
     _report.write(out, "scale_sim", report, md)
     plot(report, os.path.join(out, "scale_sim.png"))
     print(md)
@@ -699,6 +892,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_driver"]:
         return driver_main(argv[1])
+    if argv[:1] == ["_wide_driver"]:
+        return wide_driver(argv[1])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--widths", type=int, nargs="+", default=[8, 16, 32, 64], help="slots in all (default 8 16 32 64)")
     ap.add_argument("--nodes", type=int, default=4, help="nodes per cluster, head included (default 4)")
@@ -712,7 +907,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one 4-slot cluster of 2 nodes, short runs: plumbing only")
     ap.add_argument("--project-only", action="store_true",
                     help="no cluster: redo the model, projection, table and plot from OUT/scale_sim.json")
+    ap.add_argument("--wide-case", action="store_true",
+                    help="only the issue-20 case: 64 slots, m = 1305, 100 ms per evaluation; default vs the 0ed1578 "
+                         "layout vs a 2 s setup(), --repeats times (≈ 3 min): scale_sim_wide.{json,md}")
     args = ap.parse_args(argv)
+    if args.wide_case:
+        wide_case(args)
+        return 0
     if args.project_only:
         with open(os.path.join(args.out, "scale_sim.json")) as f:
             report = json.load(f)

@@ -41,6 +41,18 @@ databases drawn from the oracle (see README, "Concepts").
     python jobs/sklearn_utility.py                     # the table in README (≈ 2 min 15 s on 2 shared cores)
     python jobs/sklearn_utility.py --tasks breast_cancer/logistic --repeats 5 --epsilons 1 10
     python jobs/sklearn_utility.py --diffprivlib-python none         # without the diffprivlib column
+    python jobs/sklearn_utility.py --one-liner         # the README's one-liner on raw data (≈ 2 min)
+
+``--one-liner`` runs the README's line itself, ``PrivateEstimator(make_pipeline(StandardScaler(),
+LogisticRegression()), oracle=oracles.bootstrap(public_rows), epsilon=1.0, delta=1e-5, gamma=0.05)``,
+on RAW features of very different scales, penguins-like (wine: alcohol %, flavanoids, colour intensity,
+proline in mg/l up to 1 680, 3 cultivars; breast cancer: radius, texture, area up to 2 500 µm²,
+smoothness). Each set is shuffled and halved: the public half is the oracle, the private half is split
+70/30 into train and test --repeats times. Rows: the trivial (majority) predictor, the non-private
+pipeline, the one-liner as it behaved before public preprocessing (``public_steps=None``: the
+scaler's statistics sampled and released with noise), the one-liner now (the scaler fitted on public
+records and frozen), and ``PrivateSearchCV`` over C; each private row with its public preview (no
+private record read) next to the realised score. Writes ``sklearn_one_liner.{md,json}`` in --out.
 
 How it runs. Δ̂ is sampled ONCE per task and norm (offline amortisation), by the first
 ``PrivateEstimator.fit`` with ``store=OUT/stores/<task>-<norm>`` (a re-run reuses it; ``--fresh``
@@ -115,6 +127,9 @@ def make_parser() -> argparse.ArgumentParser:
                          "exists); 'none' leaves the diffprivlib column out")
     ap.add_argument("--fresh", action="store_true", help="delete stored Δ̂ samples first instead of reusing them")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+    ap.add_argument("--one-liner", action="store_true",
+                    help="only the README's one-liner on raw penguins-like data (wine, breast cancer): before/after "
+                         "public preprocessing, preview vs realised, PrivateSearchCV; --epsilons default 1")
     _common.add_common_flags(ap, out_default=os.path.join("out", "sklearn_utility"))
     return ap
 
@@ -268,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     from _plots import markdown_table
 
     a = make_parser().parse_args(argv)
+    if a.one_liner:
+        return one_liner(a, argv)
     if a.repeats < 2:
         raise InvalidArgumentError(f"--repeats must be >= 2 (a standard error is reported), got {a.repeats}")
     epsilons = sorted(dict.fromkeys(a.epsilons))
@@ -405,6 +422,145 @@ def main(argv: list[str] | None = None) -> int:
     print(text, end="")
     print(f"wrote {', '.join(outputs)}")
     print(f"total {time.perf_counter() - t_start:.1f} s (sampling {sampling_seconds:.1f} s)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- --one-liner (issue 21)
+ONE_LINER_SETS = {  # raw features on very different scales, like the penguins' bill (mm) and body mass (g)
+    "wine": ("load_wine", [0, 6, 9, 12], "alcohol, flavanoids, colour intensity, proline"),
+    "breast_cancer": ("load_breast_cancer", [0, 1, 3, 4], "mean radius, texture, area, smoothness"),
+}
+SEARCH_C = (0.03, 0.1, 0.3, 1.0)
+
+
+def one_liner(a, argv) -> int:
+    """The README's one-liner on raw data: before/after public preprocessing, preview vs realised, search."""
+    import warnings
+
+    import numpy as np
+    from sklearn import datasets
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.base import clone
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    import _report
+    from raydp import oracles
+    from raydp.errors import InvalidArgumentError
+    from raydp.sklearn import PrivateEstimator, PrivateSearchCV, UtilityWarning
+
+    epsilons = sorted(dict.fromkeys(a.epsilons)) if "--epsilons" in (argv or sys.argv) else [1.0]
+    if any(not (e > 0 and math.isfinite(e)) for e in epsilons):
+        raise InvalidArgumentError(f"--epsilons must be finite and > 0, got {epsilons}")
+    repeats = a.repeats if "--repeats" in (argv or sys.argv) else 5
+    if repeats < 2:
+        raise InvalidArgumentError(f"--repeats must be >= 2 (a spread is reported), got {repeats}")
+    os.makedirs(a.out, exist_ok=True)
+    report = dict(_report.start("sklearn_utility", sys.argv[1:] if argv is None else argv), gamma=a.gamma,
+                  delta=a.delta, repeats=repeats, epsilons=epsilons, rows=[])
+    t_start = time.perf_counter()
+
+    def pipe(C=1.0):
+        return make_pipeline(StandardScaler(), LogisticRegression(C=C))
+
+    # the search's space: C, and whether standardised features are clipped to ±3 (a public, per-record map)
+    clip = FunctionTransformer(np.clip, kw_args={"a_min": -3.0, "a_max": 3.0})
+    space = make_pipeline(StandardScaler(), clip, LogisticRegression())
+    grid = {"logisticregression__C": list(SEARCH_C), "functiontransformer": ["passthrough", clip]}
+
+    for name, (loader, cols, described) in ONE_LINER_SETS.items():
+        X, y = getattr(datasets, loader)(return_X_y=True)
+        X = X[:, cols].astype(np.float64)
+        order = np.random.default_rng([a.seed, 21]).permutation(len(X))
+        X, y = X[order], y[order].astype(np.float64)
+        half = len(X) // 2
+        oracle = oracles.bootstrap(np.column_stack([X[:half], y[:half]]))
+        Xp, yp = X[half:], y[half:]
+        n = int(round(len(Xp) * (1 - TEST_FRACTION)))
+        splits = []
+        for r in range(repeats):
+            o = np.random.default_rng([a.seed, 21, r]).permutation(len(Xp))
+            splits.append((Xp[o[:n]], yp[o[:n]], Xp[o[n:]], yp[o[n:]]))
+        _common.say(a, f"  {name} ({described}): n={n} private training records, {len(Xp) - n} test, "
+                       f"{half} public records")
+
+        def realised(make, estimate=None):
+            out, warned = [], 0
+            for Xtr, ytr, Xte, yte in splits:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", UtilityWarning)
+                    pe = make(estimate).fit(Xtr, ytr)
+                warned += any(issubclass(w.category, UtilityWarning) for w in caught)
+                estimate = pe.estimate_  # sampled once (public data), reused by every later split
+                out.append(pe.score(Xte, yte))
+            return out, warned, estimate
+
+        base = dict(data=name, n=n)
+        trivial = [float(np.mean(yte == np.bincount(ytr.astype(int)).argmax())) for Xtr, ytr, Xte, yte in splits]
+        plain = [pipe().fit(Xtr, ytr).score(Xte, yte) for Xtr, ytr, Xte, yte in splits]
+        report["rows"] += [dict(base, method="trivial (majority)", epsilon=None, scores=trivial),
+                           dict(base, method="non-private pipeline", epsilon=None, scores=plain)]
+        for eps in epsilons:
+            opts = _common.options(a)
+            common = dict(oracle=oracle, epsilon=eps, delta=a.delta, gamma=a.gamma, options=opts)
+            # before issue 21: the scaler's statistics sampled and released with noise
+            before = PrivateEstimator(pipe(), public_steps=None, **common)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UtilityWarning)
+                prev_before = before.preview(n, repeats=5)
+            scores, warned, est = realised(lambda e: PrivateEstimator(pipe(), public_steps=None, estimate=e,
+                                                                      **common), before.preview_estimate_)
+            report["rows"].append(dict(base, method="one-liner before (public_steps=None)", epsilon=eps,
+                                       scores=scores, warned=warned, sensitivity=est.sensitivity,
+                                       preview=prev_before.rows[0]["mean"], preview_sd=prev_before.rows[0]["sd"]))
+            # the one-liner now: the scaler fitted on public records, frozen
+            now = PrivateEstimator(pipe(), **common)
+            prev_now = now.preview(n, repeats=5)
+            scores, warned, est = realised(lambda e: PrivateEstimator(pipe(), estimate=e, **common),
+                                           now.preview_estimate_)
+            report["rows"].append(dict(base, method="one-liner now (scaler public)", epsilon=eps, scores=scores,
+                                       warned=warned, sensitivity=est.sensitivity,
+                                       preview=prev_now.rows[0]["mean"], preview_sd=prev_now.rows[0]["sd"]))
+            # model selection on public data, then one release per split
+            search = PrivateSearchCV(space, grid, repeats=5, **common)
+            search.fit(*splits[0][:2])
+            best = search.best_params_
+            chosen = f"C={best['logisticregression__C']:g}" + (
+                ", clipped" if best["functiontransformer"] is clip else "")
+            first = search.best_estimator_
+            scores = [first.score(*splits[0][2:])]
+            rest, warned, est = realised(lambda e: PrivateEstimator(clone(space).set_params(**best), estimate=e,
+                                                                    **common), first.estimate_)
+            report["rows"].append(dict(base, method=f"PrivateSearchCV (C, clip ±3) → {chosen}", epsilon=eps,
+                                       scores=scores + rest[1:], warned=warned, sensitivity=est.sensitivity,
+                                       preview=search.best_score_,
+                                       preview_sd=search.cv_results_["std_private_score"][search.best_index_],
+                                       search=search.table().replace(repr(clip), "clip ±3")))
+        for r in report["rows"]:
+            if r["data"] == name:
+                _common.say(a, f"    {r['method']:40s} ε={r['epsilon']}: {np.mean(r['scores']):.3f}")
+    table_rows = []
+    for r in report["rows"]:
+        sc = np.asarray(r["scores"], dtype=float)
+        r["mean"], r["sd"] = float(sc.mean()), float(sc.std(ddof=1))
+        table_rows.append([r["data"], r["n"], r["method"], "—" if r["epsilon"] is None else f"{r['epsilon']:g}",
+                           "—" if "sensitivity" not in r else f"{r['sensitivity']:.3g}",
+                           "—" if "preview" not in r else f"{r['preview']:.3f} ± {r['preview_sd']:.3f}",
+                           f"{r['mean']:.3f} ± {r['sd']:.3f}", r.get("warned", "—")])
+    report["seconds"] = time.perf_counter() - t_start
+    md = (_report.header("The README's scikit-learn one-liner on raw data", report)
+          + f"\n`PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression()), oracle=oracles.bootstrap("
+            f"public_rows), epsilon=ε, delta={a.delta:g}, gamma={a.gamma:g})` on raw features (wine: "
+            f"{ONE_LINER_SETS['wine'][2]}; breast cancer: {ONE_LINER_SETS['breast_cancer'][2]}). Each set shuffled "
+            f"(seed {a.seed}) and halved: public half = oracle; private half split 70/30, {repeats} times. "
+            "Preview: expected accuracy of the release from public records only (5 public draws, no private record "
+            "read); realised: test accuracy on the private half, mean ± sd over the splits; warned: fits that "
+            "raised UtilityWarning. Δ̂: ℓ2 (Gaussian, δ > 0).\n\n"
+          + _report.table(["data", "n", "model", "ε", "Δ̂", "preview (public)", "realised accuracy", "warned"],
+                          table_rows)
+          + f"\n\nTotal {report['seconds']:.0f} s.\n")
+    _report.write(a.out, "sklearn_one_liner", report, md)
+    print(md)
     return 0
 
 

@@ -58,6 +58,7 @@ html_static_path: list[str] = []
 RESULTS = os.path.join(ROOT, "jobs", "results")
 REPORTS = {  # stem in jobs/results -> (title, the job that writes it)
     "bench": ("Benchmark: where the time goes", "bench.py"),
+    "bench_perpair": ("Benchmark: per-pair targets under the expensive-target defaults", "bench.py --sections perpair"),
     "scale_sim": ("Scale simulation: a wide cluster on one machine", "scale_sim.py"),
     "audit": ("Audit of the guarantee", "audit.py"),
     "fig4_example6": ("Figure 4 (Example 6): Δ̂ converges to the exact sensitivity", "example6.py"),
@@ -66,6 +67,8 @@ REPORTS = {  # stem in jobs/results -> (title, the job that writes it)
     "fig7_kde_bernstein": ("Figure 7: KDE with the Bernstein mechanism", "kde_bernstein.py"),
     "baselines_compare": ("Sampled Δ̂ vs the classic alternatives", "compare_baselines.py"),
     "sklearn_utility": ("scikit-learn models made private", "sklearn_utility.py"),
+    "sklearn_one_liner": ("The scikit-learn one-liner on raw data", "sklearn_utility.py --one-liner"),
+    "scale_sim_wide": ("The issue-20 case: expensive targets on 64 slots", "scale_sim.py --wide-case"),
 }
 
 

@@ -371,6 +371,22 @@ def driver_main(config_path: str) -> int:
 
 
 # ----------------------------------------------------------------------------- the orchestrator
+def run_driver(cluster, env: dict, mode: str, cfg: dict, timeout: float, what: str) -> dict:
+    """Run ``python scale_sim.py MODE CFG`` as the cluster's driver (a process of its own) and return
+    the JSON it leaves at ``cfg["result"]``."""
+    with tempfile.TemporaryDirectory(prefix="scale-sim-cfg-") as tmp:
+        cfg = dict(cfg, result=os.path.join(tmp, "out.json"))
+        path = os.path.join(tmp, "cfg.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), mode, path],
+                           env=dict(cluster.env, PYTHONPATH=env["PYTHONPATH"]), timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"{what} failed (exit {p.returncode})")
+        with open(cfg["result"]) as f:
+            return json.load(f)
+
+
 def run_width(width: int, nodes: int, args) -> dict:
     from raydp.local_cluster import LocalCluster
 
@@ -386,18 +402,9 @@ def run_width(width: int, nodes: int, args) -> dict:
                       object_store_bytes=OBJECT_STORE_BYTES, **kw) as c:
         up = time.perf_counter() - t0
         sids = [nd.pgid for nd in c.nodes()]
-        with tempfile.TemporaryDirectory(prefix="scale-sim-cfg-") as tmp:
-            cfg = dict(address=c.address, sids=sids, pair_costs=args.pair_costs, seconds=args.seconds,
-                       repeats=args.repeats, quick=args.quick, result=os.path.join(tmp, "out.json"))
-            path = os.path.join(tmp, "cfg.json")
-            with open(path, "w") as f:
-                json.dump(cfg, f)
-            p = subprocess.run([sys.executable, os.path.abspath(__file__), "_driver", path],
-                               env=dict(c.env, PYTHONPATH=env["PYTHONPATH"]), timeout=args.timeout)
-            if p.returncode != 0:
-                raise RuntimeError(f"driver for width {width} failed (exit {p.returncode})")
-            with open(cfg["result"]) as f:
-                out = json.load(f)
+        out = run_driver(c, env, "_driver", dict(address=c.address, sids=sids, pair_costs=args.pair_costs,
+                                                 seconds=args.seconds, repeats=args.repeats, quick=args.quick),
+                         args.timeout, f"driver for width {width}")
     out.update(width=width, nodes=nodes, cpus_per_node=per_node, cluster_up_s=up,
                cluster_total_s=time.perf_counter() - t0)
     return out
@@ -777,17 +784,8 @@ def wide_case(args) -> dict:
     report = dict(_report.start("scale_sim_wide", sys.argv[1:]), case=WIDE)
     with LocalCluster(workers=WIDE["nodes"] - 1, cpus_per_node=WIDE["cpus_per_node"], extra_env=env,
                       object_store_bytes=OBJECT_STORE_BYTES) as c:
-        with tempfile.TemporaryDirectory(prefix="scale-sim-wide-") as tmp:
-            cfg = dict(address=c.address, repeats=args.repeats, result=os.path.join(tmp, "out.json"))
-            path = os.path.join(tmp, "cfg.json")
-            with open(path, "w") as f:
-                json.dump(cfg, f)
-            p = subprocess.run([sys.executable, os.path.abspath(__file__), "_wide_driver", path],
-                               env=dict(c.env, PYTHONPATH=env["PYTHONPATH"]), timeout=args.timeout)
-            if p.returncode != 0:
-                raise RuntimeError(f"wide-case driver failed (exit {p.returncode})")
-            with open(cfg["result"]) as f:
-                report.update(json.load(f))
+        report.update(run_driver(c, env, "_wide_driver", dict(address=c.address, repeats=args.repeats),
+                                 args.timeout, "wide-case driver"))
     rows, summary = [], {}
     for kind in ("default", "0ed1578", "setup"):
         effs = [r["efficiency"] for r in report["runs"] if r["kind"] == kind]

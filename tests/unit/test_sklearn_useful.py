@@ -62,7 +62,10 @@ def test_public_preprocessing_is_the_default_and_only_the_model_is_released(data
     assert abs(scaler.mean_[2] - 4100) < 300 and not np.allclose(scaler.mean_, X.mean(axis=0))
     # Δ̂ falls by orders of magnitude (a mean in grams was released), and the model becomes useful
     assert after.estimate_.sensitivity < before.estimate_.sensitivity / 20
-    assert after.score(Xt, yt) > 0.85 > 0.6 > before.score(Xt, yt)
+    # the release before is noise: judged by its (seeded) preview, since a single noisy release lands
+    # anywhere (>= 0.6 in 11% of 200 tries); the release after is judged as released: its preview says
+    # 0.977 ± 0.013, so 0.85 is ~10 sd below (200 of 200 tries scored >= 0.90)
+    assert before.utility_.expected(1.0) < 0.6 < 0.85 < after.score(Xt, yt)
     assert "fitted on public oracle records and not released (no privacy cost): standardscaler" in after.statement()
     assert after.statement().startswith(after.release_.statement())
 

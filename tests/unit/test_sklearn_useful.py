@@ -148,7 +148,9 @@ def test_search_chooses_on_public_data_and_releases_once(data, tmp_path):
     assert len(ledger.entries()) == 1 and ledger.spent() == (1.0, 0.0)
     best = search.best_estimator_
     assert best.estimate_.sensitivity == r["sensitivity"][search.best_index_]
-    assert search.score(Xt, yt) > 0.85
+    # one noisy release of the chosen candidate (C=10): over 200 releases mean 0.953, sd 0.037, min 0.778,
+    # 3% at or below 0.85 — so the bound is 0.7, ~7 sd below the mean (none of 200 below it)
+    assert search.score(Xt, yt) > 0.7
     assert "| 1 |" in search.table()
 
 

@@ -285,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     a = make_parser().parse_args(argv)
     if a.one_liner:
         return one_liner(a, argv)
+    import warnings
+
+    from raydp.sklearn import UtilityWarning
+
+    # this job measures every ε, useless ones included: the table says what the warning would
+    warnings.filterwarnings("ignore", category=UtilityWarning)
     if a.repeats < 2:
         raise InvalidArgumentError(f"--repeats must be >= 2 (a standard error is reported), got {a.repeats}")
     epsilons = sorted(dict.fromkeys(a.epsilons))

@@ -577,3 +577,24 @@ def test_diffprivlib_runner_in_its_own_environment(tmp_path):
     assert [r["epsilon"] for r in rows] == [1.0, 100.0] and all(r["notion"] == "ε-DP" for r in rows)
     assert rows[1]["score_mean"] > 0.85   # ε = 100: diffprivlib's objective perturbation is nearly the plain fit
     assert "diffprivlib environment: diffprivlib 0.6.6, scikit-learn 1.7.2" in stdout
+
+
+def test_sklearn_utility_one_liner_tiny(tmp_path):
+    """``--one-liner`` at a tiny plan: every row of the README's table is there, each with its numbers;
+    the line before public preprocessing warns, its Δ̂ is far above the line's now."""
+    import json
+
+    out = tmp_path / "out"
+    code, stdout, err = run_job("sklearn_utility.py", "--one-liner", "--repeats", 2, "--gamma", 0.3, "--backend",
+                                "local", "--out", out, "--quiet", cwd=tmp_path, timeout=300)
+    assert code == 0, err
+    report = json.loads((out / "sklearn_one_liner.json").read_text())
+    assert "| wine | 62 | one-liner now (scaler public) |" in (out / "sklearn_one_liner.md").read_text()
+    by = {(r["data"], r["method"].split(" (")[0].split(" →")[0]): r for r in report["rows"]}
+    for data in ("wine", "breast_cancer"):
+        for method in ("trivial", "non-private pipeline", "one-liner before", "one-liner now", "PrivateSearchCV"):
+            row = by[(data, method)]
+            assert len(row["scores"]) == 2 and all(0.0 <= s <= 1.0 for s in row["scores"])
+        before, now = by[(data, "one-liner before")], by[(data, "one-liner now")]
+        assert before["warned"] == 2 and before["sensitivity"] > 10 * now["sensitivity"]
+        assert 0.0 <= now["preview"] <= 1.0

@@ -27,7 +27,7 @@ from .plan import format_up
 from .mechanisms.base import check_mechanism
 from .options import SamplerOptions
 from .sampler import estimate_sensitivity
-from .engine.blocks import set_up, set_up_here
+from .engine.blocks import set_up_here
 from .silence import silenced
 from .tables import PrivateTable
 from .targets import as_target
@@ -203,9 +203,7 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     else:
         fresh = False
     check_estimate_fits(estimate, target, mechanism, n, reused=not fresh)
-    key = set_up_here(target)  # setup() sees no data: before any charge; the copy set up is evaluated
-    if key is not None:
-        target = set_up(target, key)
+    _, target = set_up_here(target)  # setup() sees no data: before any charge; the copy set up is evaluated
     eps, delta = mechanism.privacy()
     entry = None
     if ledger is None:

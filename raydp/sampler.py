@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine.blocks import BlockLayout, PairJob, default_block_size, probe_output_dim, set_up, set_up_here
+from .engine.blocks import BlockLayout, PairJob, default_block_size, probe_output_dim, set_up_here
 from .engine.progress import Progress
 from .engine.protocol import Backend
 from .engine.reduce import Reducer
@@ -119,8 +119,7 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
     if block_size * (n + 1) > 2**63 - 1:  # records drawn per block: numpy's largest array
         raise InvalidArgumentError(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, "
                                    f"block_size={block_size}")
-    key = set_up_here(target)  # a target's setup() runs before the probe, once in this process
-    probe = target if key is None else set_up(target, key)
+    key, probe = set_up_here(target)  # a target's setup() runs before the probe, once in this process
     out_dim = probe_output_dim(probe, oracle, mechanism, n, seed, timeout=options.pair_timeout)
     identity = RunIdentity(n=n, seed=seed, block_size=block_size, mechanism=describe(mechanism),
                            norm=str(mechanism.norm), target=describe(target), oracle=describe(oracle),

@@ -30,7 +30,6 @@ LocalBackend(group_size=1, shuffle_seed=None)
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import sys
 import time

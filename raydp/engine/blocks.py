@@ -337,9 +337,9 @@ def set_up(target, key: str):
     return done
 
 
-def set_up_here(target) -> str | None:
-    """Set up a target with ``setup()`` in this process, before any block runs; return its setup key
-    (None for a target without ``setup()``).
+def set_up_here(target) -> tuple[str | None, object]:
+    """Set up a target with ``setup()`` in this process, before any block runs: ``(setup key, the
+    set-up target)``, or ``(None, target)`` for a target without ``setup()``.
 
     The key names the target by content (the SHA-256 of its pickled bytes before set-up), so equal
     targets share one set-up per process, across runs too. What is set up is a copy: the target
@@ -347,7 +347,7 @@ def set_up_here(target) -> str | None:
     once; a loaded model is never pickled and sent).
     """
     if not callable(getattr(target, "setup", None)):
-        return None
+        return None, target
     import hashlib
 
     try:
@@ -358,12 +358,10 @@ def set_up_here(target) -> str | None:
         import uuid
 
         key = f"unpicklable-{uuid.uuid4().hex}"
-        _SET_UP[key] = set_up(target, key)
-        return key
+        return key, set_up(target, key)
     key = hashlib.sha256(blob).hexdigest()
-    if key not in _SET_UP:
-        set_up(cloudpickle.loads(blob), key)
-    return key
+    ready = _SET_UP.get(key)
+    return key, set_up(cloudpickle.loads(blob) if ready is None else ready, key)
 
 
 # D′ scratch buffers: one per thread, reused block after block. A fresh 1 MB array is fresh pages

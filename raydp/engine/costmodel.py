@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Costs", "wave_fill", "guided_group", "layout", "predict", "max_slots", "driver_seconds_per_task", "recommended_block_size",
-           "fit_costs", "fit_host", "tail_loss"]
+__all__ = ["Costs", "wave_fill", "guided_group", "layout", "predict", "max_slots", "driver_seconds_per_task",
+           "recommended_block_size", "fit_costs", "fit_host", "tail_loss"]
 
 
 @dataclass(frozen=True)

@@ -155,10 +155,6 @@ def largest_node_resource(name: str = "CPU") -> float:
     return max((n.get("Resources", {}).get(name, 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
 
 
-def largest_node_cpus() -> float:
-    return largest_node_resource("CPU")
-
-
 @dataclass(frozen=True)
 class RayBackend(Backend):
     """Run blocks as Ray tasks on a cluster (``address`` or ``RAY_ADDRESS``) or on an embedded local Ray.

@@ -120,13 +120,15 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
         raise InvalidArgumentError(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, "
                                    f"block_size={block_size}")
     key, probe = set_up_here(target)  # a target's setup() runs before the probe, once in this process
+    t0 = time.perf_counter()
     out_dim = probe_output_dim(probe, oracle, mechanism, n, seed, timeout=options.pair_timeout)
+    probe_seconds = time.perf_counter() - t0
     identity = RunIdentity(n=n, seed=seed, block_size=block_size, mechanism=describe(mechanism),
                            norm=str(mechanism.norm), target=describe(target), oracle=describe(oracle),
                            output_dim=out_dim)
     job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=plan.m, seed=seed,
                   block_size=block_size, out_dim=out_dim, strict=options.strict, pair_timeout=options.pair_timeout,
-                  setup_key=key)
+                  setup_key=key, probe_seconds=probe_seconds)
     check_fits(plan, job.layout, keep_sample=options.keep_sample)
     return Run(job=job, plan=plan, identity=identity, backend=options.backend, store=store, options=options)
 

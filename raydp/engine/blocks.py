@@ -158,6 +158,15 @@ class PairJob:
     strict: bool = False
     pair_timeout: float | None = None
     setup_key: str | None = None  # the target has setup(): run once per process (see prepared())
+    # seconds the driver's probe took (one draw and one evaluation); sizes the first Ray tasks
+    probe_seconds: float | None = None
+
+    def block_seconds_guess(self) -> float | None:
+        """About what a block costs, from the probe: a pair is two evaluations. None for a batched
+        target (its pairs cost far less than an evaluation each) or without a probe time."""
+        if self.probe_seconds is None or callable(getattr(self.target, "batch", None)):
+            return None
+        return 2.0 * self.probe_seconds * self.block_size
 
     @property
     def layout(self) -> BlockLayout:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Costs", "wave_fill", "guided_group", "layout", "predict", "max_slots", "driver_seconds_per_task",
+__all__ = ["Costs", "wave_fill", "guided_group", "guided_tasks", "layout", "predict", "max_slots", "driver_seconds_per_task",
            "recommended_block_size", "fit_costs", "fit_host", "tail_loss"]
 
 
@@ -57,22 +57,35 @@ def wave_fill(blocks: int, slots: int, group: int) -> float:
     return blocks / (slots * -(-tasks // slots) * group)
 
 
-def guided_group(blocks: int, slots: int, block_seconds: float, per_slot: int = 4) -> int:
-    """Blocks per task under the default :class:`~raydp.engine.grouping.GuidedGroups` once blocks are
-    timed: about :func:`~raydp.engine.grouping.task_seconds` of blocks, at most ⌈blocks / (per_slot · slots)⌉
-    (the model takes the first, largest groups for all: the shrinking tail only helps)."""
+def guided_group(blocks: int, slots: int, block_seconds: float, per_slot: int = 1) -> int:
+    """The first, largest group of the default :class:`~raydp.engine.grouping.GuidedGroups` once
+    blocks are timed: ⌈blocks / (per_slot · slots)⌉, at most about
+    :func:`~raydp.engine.grouping.task_seconds` of blocks."""
     from .grouping import task_seconds
 
     want = math.floor(task_seconds(slots) / block_seconds * (1 + 1e-9)) if block_seconds > 0 else blocks
     return max(1, min(want, -(-blocks // (per_slot * slots))))
 
 
-def layout(m: int, block_size: int, slots: int, group_size: int | None = None, per_slot: int = 4,
-           t_pair: float = 0.0) -> tuple[int, int, int]:
-    """(blocks, blocks per task, tasks) under the Ray backend's default grouping for pairs of ``t_pair`` s."""
+def guided_tasks(blocks: int, slots: int, block_seconds: float, per_slot: int = 1) -> int:
+    """How many tasks :class:`~raydp.engine.grouping.GuidedGroups` makes of ``blocks`` blocks of
+    ``block_seconds`` each (its cost known from the start, as when the sampler seeds it from its probe)."""
+    tasks, left = 0, blocks
+    while left > 0:
+        left -= min(left, guided_group(left, slots, block_seconds, per_slot))
+        tasks += 1
+    return tasks
+
+
+def layout(m: int, block_size: int, slots: int, group_size: int | None = None, per_slot: int = 1,
+           t_pair: float = 0.0) -> tuple[int, float, int]:
+    """(blocks, mean blocks per task, tasks) under the Ray backend's grouping for pairs of ``t_pair`` s:
+    ``group_size`` fixed, else the default guided groups (large first, shrinking to one block)."""
     blocks = -(-m // block_size)
-    g = group_size or guided_group(blocks, slots, block_size * t_pair, per_slot)
-    return blocks, g, -(-blocks // g)
+    if group_size:
+        return blocks, float(group_size), -(-blocks // group_size)
+    tasks = guided_tasks(blocks, slots, block_size * t_pair, per_slot)
+    return blocks, blocks / tasks, tasks
 
 
 def driver_seconds_per_task(c: Costs, g: int, in_flight: int) -> float:
@@ -101,9 +114,12 @@ def predict(c: Costs, m: int, t_pair: float, block_size: int, slots: int, group_
 
     wall = fixed + max(W·τ + τ·cv·√(2 ln S'),  T·d + τ),  W = ⌈T / S'⌉,  S' = min(S, T)
 
-    T tasks of τ seconds each run in W waves on S' slots (the last one partly empty when T is not a
-    multiple of S'; with task times of relative spread cv the slowest of S' adds ≈ cv·√(2 ln S')
-    task times), unless the driver, at d seconds per task, cannot complete them that fast (T·d).
+    With a fixed ``group_size``, T tasks of τ seconds each run in W waves on S' slots (the last one
+    partly empty when T is not a multiple of S'). With the default guided groups (large tasks first,
+    one block each at the end) the slots stay busy to within one block: W·τ becomes the whole work
+    (blocks and per-task cost) over S' slots, rounded up to whole one-block tasks τ₁. With task times
+    of relative spread cv the slowest of S' adds ≈ cv·√(2 ln S') task times. The driver, at d seconds
+    per task, may be slower still (T·d).
     Efficiency = m·t_pair / (S·wall): the share of slot time spent in pairs.
     """
     blocks, g, tasks = layout(m, block_size, slots, group_size, t_pair=t_pair)
@@ -111,8 +127,13 @@ def predict(c: Costs, m: int, t_pair: float, block_size: int, slots: int, group_
     tau = g * block_size * t_pair + c.o_task
     d = driver_seconds_per_task(c, g, in_flight) / c.driver_share
     s_used = min(slots, tasks)
-    waves = -(-tasks // s_used)
-    slot_bound = waves * tau + tau * cv_task * math.sqrt(2 * math.log(max(s_used, 1)))
+    if group_size:  # equal tasks in waves
+        slot_bound = -(-tasks // s_used) * tau
+    else:  # guided: large tasks first, one-block tasks at the end fill the slots to within one block
+        tau1 = block_size * t_pair + c.o_task
+        work = blocks * block_size * t_pair + tasks * c.o_task
+        slot_bound = -(-work // (s_used * tau1)) * tau1 if tau1 > 0 else 0.0
+    slot_bound += tau * cv_task * math.sqrt(2 * math.log(max(s_used, 1)))
     driver_bound = tasks * d + tau
     host_bound = 0.0 if host is None else (tasks * host[1] + m * host[2]) / host[0]
     wall = c.fixed + max(slot_bound, driver_bound, host_bound)

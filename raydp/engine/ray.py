@@ -166,10 +166,11 @@ class RayBackend(Backend):
       (Ray custom resources, e.g. ``{"TPU": 1}``): what each task asks of a node (raise
       ``cpus_per_task`` for multi-threaded targets; a GPU fit asks ``gpus_per_task=1`` and sees its own
       device in ``ray.get_gpu_ids()``). Slots are counted from the scarcest of them.
-    - ``group_size``: blocks per task (default: :class:`~raydp.engine.grouping.GuidedGroups` — one
-      block per task until blocks are timed, then about 1 s of blocks per task (longer past 250 slots:
-      :func:`~raydp.engine.grouping.task_seconds`), shrinking towards
-      the end; an expensive per-pair target gets one block per task).
+    - ``group_size``: blocks per task (default: :class:`~raydp.engine.grouping.GuidedGroups` —
+      guided self-scheduling: remaining blocks / slots per task, at most about 5 s of them (longer past
+      1 250 slots: :func:`~raydp.engine.grouping.task_seconds`), shrinking to one block at the end; the
+      cost of a block is first guessed from the probe; an expensive per-pair target gets one block per
+      task).
     - ``max_in_flight``: tasks submitted and not yet collected (default: two per slot, one with a
       ``task_timeout``).
     - ``max_retries``: Ray's retries of a task whose worker died.
@@ -391,14 +392,15 @@ class RayBackend(Backend):
         if not blocks:  # e.g. a resumed store that is already complete: no need to start Ray
             return
         self.connect()
-        # At least four tasks per slot balance the load of per-pair targets to the end; a batched
-        # target's tasks are short, and the ~1-3 ms each task costs weighs more: two per slot.
-        per_slot = 2 if callable(getattr(job.target, "batch", None)) else 4
         if self.group_size is not None:
             groups = FixedGroups(blocks, self.group_size)
         else:
+            # The first tasks are sized from what a block costs: timed in process by AutoBackend, else
+            # guessed from the driver's probe (one block per task until a block comes back without either).
+            seconds = self.block_seconds if self.block_seconds is not None else job.block_seconds_guess()
             slots = self.slots()
-            groups = GuidedGroups(blocks, slots, per_slot, task_seconds(slots, self.task_timeout), self.block_seconds)
+            groups = GuidedGroups(blocks, slots, task_seconds=task_seconds(slots, self.task_timeout),
+                                  block_seconds=seconds)
 
         def timed_out(group: list[int]) -> list[BlockResult]:
             if job.strict:

@@ -25,17 +25,19 @@ COSTS = sim.Costs(c_task=1e-3, c_result=2e-5, c_inflight=0.0, o_task=0.0, fixed=
 
 
 def test_layout_is_the_engine_default_grouping():
-    # cheap blocks (1 ms): as many as 1 s holds, at most ⌈100 / (4·5)⌉ = 5 per task
-    assert sim.layout(1000, 10, 5, t_pair=1e-4) == (100, 5, 20)
-    # expensive blocks (1 s): one block per task, whatever the balance cap allows
-    assert sim.layout(1000, 10, 5, t_pair=0.1) == (100, 1, 100)
-    assert sim.layout(1000, 10, 5, t_pair=0.04) == (100, 2, 50)  # 0.4 s a block: two fit in 1 s
+    # the model counts the tasks GuidedGroups makes when the cost of a block is known from the start
+    for t_pair, first in ((1e-4, 20), (0.1, 5), (0.04, 12), (1.0, 1)):  # blocks of 1 ms, 1 s, 0.4 s, 10 s
+        block_s = 10 * t_pair
+        sizes = _drain(GuidedGroups(range(100), slots=5, block_seconds=block_s), block_s)
+        assert sizes[0] == first  # ⌈100/5⌉ = 20, unless 5 s of blocks is fewer
+        assert sim.layout(1000, 10, 5, t_pair=t_pair) == (100, pytest.approx(100 / len(sizes)), len(sizes))
+    assert sim.layout(1000, 10, 5, t_pair=1.0) == (100, 1, 100)  # 10 s blocks: one per task
     assert sim.layout(1000, 10, 5, group_size=7) == (100, 7, 15)
 
 
 def test_predict_slot_bound_run_is_waves_of_tasks():
     # 64 slots, 256 tasks of 200 pairs at 10 ms: exactly four waves of 2 s, efficiency 1
-    p = sim.predict(COSTS, m=256 * 200, t_pair=0.01, block_size=200, slots=64)
+    p = sim.predict(COSTS, m=256 * 200, t_pair=0.01, block_size=200, slots=64, group_size=1)
     assert (p["blocks"], p["group"], p["tasks"]) == (256, 1, 256)
     assert p["tau_s"] == pytest.approx(2.0)
     assert p["wall_s"] == pytest.approx(8.0) and p["efficiency"] == pytest.approx(1.0)
@@ -44,6 +46,9 @@ def test_predict_slot_bound_run_is_waves_of_tasks():
     p = sim.predict(COSTS, m=257 * 200, t_pair=0.01, block_size=200, slots=64, group_size=1)
     assert p["wall_s"] == pytest.approx(10.0)
     assert p["efficiency"] == pytest.approx(257 * 2 / (64 * 10))
+    # the default guided groups (2 blocks a task first, then ones) fill the slots just as well
+    p = sim.predict(COSTS, m=256 * 200, t_pair=0.01, block_size=200, slots=64)
+    assert p["tasks"] < 256 and p["wall_s"] == pytest.approx(8.0) and p["bound"] == "slots"
 
 
 def test_predict_driver_bound_run():
@@ -115,37 +120,60 @@ def _drain(groups, seconds_per_block):
 
 def test_guided_groups_give_every_block_once_in_order():
     for per_block in (0.0, 1e-5, 0.01, 5.0):
-        g = GuidedGroups(range(1000), slots=7, per_slot=4)
-        out = []
-        while g:
-            part = g.take()
-            out += part
-            g.observe(len(part), len(part) * per_block)
-        assert out == list(range(1000))
+        for per_slot in (1, 4):
+            g = GuidedGroups(range(1000), slots=7, per_slot=per_slot)
+            out = []
+            while g:
+                part = g.take()
+                out += part
+                g.observe(len(part), len(part) * per_block)
+            assert out == list(range(1000))
 
 
 def test_guided_groups_one_block_per_task_for_an_expensive_target():
-    # m = 1305 one-pair blocks of a second or more (a model fit): 1305 tasks, never capped by grouping
-    for seconds in (1.0, 120.0):
-        assert _drain(GuidedGroups(range(1305), slots=64, per_slot=4), seconds) == [1] * 1305
+    # m = 1305 one-pair blocks of 10 s or more (a model fit): 1305 tasks, never capped by grouping
+    for seconds in (10.0, 120.0):
+        assert _drain(GuidedGroups(range(1305), slots=64), seconds) == [1] * 1305
+        assert _drain(GuidedGroups(range(1305), slots=64, block_seconds=seconds), seconds) == [1] * 1305
+    # blocks of 1 s share tasks of up to 5 s, but never so few tasks that a slot idles: on 1000 slots
+    # the first tasks hold 2 blocks (⌈1305/1000⌉), then ones — at least one task per slot
+    sizes = _drain(GuidedGroups(range(1305), slots=1000, block_seconds=1.0), 1.0)
+    assert max(sizes) == 2 and len(sizes) >= 1000
 
 
 def test_guided_groups_on_the_issue_20_case():
-    # 1305 blocks of 0.2 s on 64 slots: up to 1 s (5 blocks) a task while much is left, ones at the end
-    sizes = _drain(GuidedGroups(range(1305), slots=64, per_slot=4), 0.2)
-    assert sizes[0] == 1 and max(sizes) == 5 and sizes[-256:] == [1] * 256
-    assert sum(sizes) == 1305 and 64 * 4 < len(sizes) < 1305
+    # 1305 blocks of 0.2 s on 64 slots, the cost known from the probe: ⌈left/64⌉ a task (21 first,
+    # under the 5 s cap of 25), shrinking to ones at the end; far fewer tasks than before (699)
+    sizes = _drain(GuidedGroups(range(1305), slots=64, block_seconds=0.2), 0.2)
+    assert sizes[0] == 21 and sizes == sorted(sizes, reverse=True) and sizes[-64:] == [1] * 64
+    assert sum(sizes) == 1305 and 64 < len(sizes) < 300
+    assert len(sizes) == sim.guided_tasks(1305, 64, 0.2)  # the cost model counts the same tasks
+    # without a guess the first task holds one block, then the same rule
+    sizes = _drain(GuidedGroups(range(1305), slots=64), 0.2)
+    assert sizes[0] == 1 and sizes[1] == 21
 
 
 def test_guided_groups_grow_for_a_cheap_target_and_shrink_at_the_end():
-    sizes = _drain(GuidedGroups(range(100_000), slots=8, per_slot=4), 1e-3)  # 1 ms a block
+    sizes = _drain(GuidedGroups(range(100_000), slots=8), 1e-3)  # 1 ms a block
     assert sizes[0] == 1  # nothing measured yet
-    assert max(sizes) == 1000  # 1 s of blocks per task (the balance cap, 3125, does not bind yet)
+    assert max(sizes) == 5000  # 5 s of blocks per task (the balance cap, 12 500, does not bind yet)
     assert sizes[-1] == 1 and sizes == sizes[:1] + sorted(sizes[1:], reverse=True)  # guided: shrinking
-    assert len(sizes) < 1000  # far fewer tasks than blocks
+    assert len(sizes) < 200  # far fewer tasks than blocks
     # the balance cap: never more than ⌈left / (per_slot · slots)⌉ blocks in a task
     g = GuidedGroups(range(100), slots=10, per_slot=2, block_seconds=1e-6)
     assert len(g.take()) == 5
+    g = GuidedGroups(range(100), slots=10, block_seconds=1e-6)
+    assert len(g.take()) == 10
+
+
+def test_cost_model_guided_slot_bound():
+    # the guided layout keeps slots busy to within one block: 1305 blocks of 0.2 s on 64 slots take
+    # ⌈1305/64⌉ = 21 block times, not waves of the mean task
+    c = sim.Costs(c_task=1e-9, c_result=0.0, c_inflight=0.0, o_task=0.0, fixed=0.0)
+    p = sim.predict(c, 1305, 0.2, 1, 64)
+    assert p["wall_s"] == pytest.approx(21 * 0.2) and p["tasks"] == sim.guided_tasks(1305, 64, 0.2)
+    # one pair per task for an expensive target: the same waves as a fixed group of one
+    assert sim.predict(c, 1305, 120.0, 1, 64)["wall_s"] == pytest.approx(sim.predict(c, 1305, 120.0, 1, 64, 1)["wall_s"])
 
 
 def test_fixed_groups():
@@ -185,3 +213,36 @@ def test_scale_sim_quick_on_a_real_cluster(tmp_path):
     assert (tmp_path / "scale_sim.png").stat().st_size > 10_000
     md = (tmp_path / "scale_sim.md").read_text()
     assert "## Projection" in md and "## Where the time goes" in md
+
+
+class _SlowEval:
+    """A per-pair target (no ``batch``) of about 30 ms per evaluation."""
+
+    def __call__(self, database):
+        import time
+
+        time.sleep(0.03)
+        return float(sum(database)) / len(database)
+
+    def identity(self):
+        return {"name": "slow-eval-test"}
+
+
+def test_the_probe_time_sizes_the_first_tasks():
+    # the driver's timed probe (one draw, one evaluation) guesses a block's cost, so the first Ray
+    # tasks need not be one block each (issue 20: 128 one-block tasks at the start of the 64-slot case)
+    import raydp
+    from raydp import oracles, targets
+    from raydp.sampler import resolve_run
+
+    run = resolve_run(_SlowEval(), oracles.exponential(1.0), 10, plan=raydp.plan(gamma=0.05),
+                      options=raydp.SamplerOptions(seed=1, block_size=2))
+    job = run.job
+    assert 0.03 <= job.probe_seconds < 1.0
+    assert job.block_seconds_guess() == pytest.approx(2 * job.probe_seconds * 2)  # a pair is two evaluations
+    first = GuidedGroups(range(1305), slots=64, block_seconds=job.block_seconds_guess()).take()
+    assert len(first) == 21  # ⌈1305/64⌉, not 1
+    # a batched target's pairs cost far less than an evaluation each: no guess, one block first
+    batched = resolve_run(targets.mean(), oracles.exponential(1.0), 10, plan=raydp.plan(gamma=0.05),
+                          options=raydp.SamplerOptions(seed=1))
+    assert batched.job.probe_seconds is not None and batched.job.block_seconds_guess() is None

@@ -468,7 +468,7 @@ def check_model(costs: Costs, widths: list[dict], host_fit: dict | None = None) 
         for r in w["runs"]:
             if r["kind"] == "null" or not r["t_pair"]:
                 continue
-            p = predict(costs, r["m"], r["t_pair"], r["block_size"], r["slots"], r.get("group_size") or r["group"],
+            p = predict(costs, r["m"], r["t_pair"], r["block_size"], r["slots"], r.get("group_size"),
                         r.get("max_in_flight"), host=host)
             rows.append(dict(width=w["width"], kind=r["kind"], t_pair=r["t_pair"], repeat=r["repeat"],
                              measured=r["efficiency"], predicted=p["efficiency"], bound=p["bound"]))
@@ -858,7 +858,7 @@ def plot(report: dict, path: str) -> None:
     hf = report["model"]["fit"].get("host")
     host = None if not hf else (report.get("host_cores") or os.cpu_count() or 2, hf["h_task"], hf["h_pair"])
     for (kind, t), colour in colours.items():
-        pts = sorted((r["slots"], predict(costs, r["m"], t, r["block_size"], r["slots"], r.get("group_size") or r["group"],
+        pts = sorted((r["slots"], predict(costs, r["m"], t, r["block_size"], r["slots"], r.get("group_size"),
                                           r.get("max_in_flight"), host=host)["efficiency"])
                      for w in report["widths"] for r in w["runs"] if r["kind"] == kind and r["t_pair"] == t
                      and r["repeat"] == 0)

@@ -240,8 +240,10 @@ def test_the_probe_time_sizes_the_first_tasks():
     job = run.job
     assert 0.03 <= job.probe_seconds < 1.0
     assert job.block_seconds_guess() == pytest.approx(2 * job.probe_seconds * 2)  # a pair is two evaluations
-    first = GuidedGroups(range(1305), slots=64, block_seconds=job.block_seconds_guess()).take()
-    assert len(first) == 21  # ⌈1305/64⌉, not 1
+    guess = job.block_seconds_guess()
+    first = GuidedGroups(range(1305), slots=64, block_seconds=guess).take()
+    # ⌈1305/64⌉ = 21 or 5 s of guessed blocks, whichever is fewer (a loaded machine's probe is slower) — not 1
+    assert len(first) == min(21, math.floor(5.0 / guess)) and len(first) > 1
     # a batched target's pairs cost far less than an evaluation each: no guess, one block first
     batched = resolve_run(targets.mean(), oracles.exponential(1.0), 10, plan=raydp.plan(gamma=0.05),
                           options=raydp.SamplerOptions(seed=1))

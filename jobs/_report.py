@@ -1,8 +1,11 @@
-"""What a benchmark job's report is made of, shared by ``bench.py`` and ``scale_sim.py``.
+"""What a job's report is made of, shared by every job that writes one.
 
-A report is a JSON document (``NAME.json``: the command, the date, the machine, every figure) and the
-Markdown made from it (``NAME.md``: one header line naming the machine, then tables). Figures of a
-shared, noisy VM are medians over repeats with their range: :func:`spread`.
+A report is a JSON document (``NAME.json``: the command, the date, the machine, the code version, every
+figure) and the Markdown made from it (``NAME.md``). Every Markdown report starts with its stamp
+(:func:`stamp`): when it was made, from which commit of this repository, on what machine, and the
+command that makes it again. The documentation build reads the commit to say which reports are older
+than the engine they describe. Figures of a shared, noisy VM are medians over repeats with their
+range: :func:`spread`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+from importlib import metadata
 
 
 def table(headers, rows) -> str:
@@ -40,9 +45,9 @@ def spread_text(values, fmt: str = "{:.2f}") -> str:
 
 
 def machine() -> dict:
-    """This machine: cores, CPU model, memory, and the versions that change what a benchmark measures."""
+    """This machine: cores, CPU model, memory, its load when the job started (other users' work is in every
+    figure of a shared machine), and the versions that change what a benchmark measures."""
     import numpy as np
-    import ray
 
     import raydp
 
@@ -58,27 +63,73 @@ def machine() -> dict:
             cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
-            "numpy": np.__version__, "ray": ray.__version__, "raydp": raydp.__version__, "platform": platform.platform()}
+    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "load_at_start": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(), "numpy": np.__version__, "ray": _version("ray"),
+            "raydp": raydp.__version__, "platform": platform.platform()}
 
 
 def machine_line(m) -> str:
     if isinstance(m, str):  # a report written before the machine was recorded as fields
         return m
+    load = f" · load average {m['load_at_start']} at the start" if "load_at_start" in m else ""
     return (f"{m['cores']} cores · {m['cpu']} · {m['memory_gib']} GiB · Python {m['python']} · numpy {m['numpy']} · "
-            f"Ray {m['ray']} · shared VM (other users' load included)")
+            f"Ray {m['ray']}{load}")
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)  # without importing it: a small job need not load Ray
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def code_version() -> str:
+    """The commit of this checkout (12 hex digits), ``+local changes`` when ``raydp/`` or ``jobs/`` differ
+    from it, or ``unknown`` outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0:
+            return "unknown"
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "raydp", "jobs").stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + (" +local changes" if dirty else "")
 
 
 def start(job: str, argv) -> dict:
-    """A new report: the command that makes it again, the date (UTC) and the machine."""
+    """A new report: the command that makes it again, the date (UTC), the machine and the code version."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return {"command": f"python jobs/{job}.py " + " ".join(str(a) for a in args),
+    return {"command": (f"python jobs/{job}.py " + " ".join(str(a) for a in args)).strip(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine()}
+            "machine": machine(), "commit": code_version()}
+
+
+def stamp(report: dict) -> str:
+    """The first lines of every Markdown report: date, code version, machine, command.
+
+    ``Made DATE from commit HASH on MACHINE`` — the documentation build finds ``commit HASH`` there.
+    """
+    return (f"Made {report['date']} from commit {report.get('commit', 'unknown')} on "
+            f"{machine_line(report['machine'])}.\n\nCommand: `{report['command']}`\n")
+
+
+def stamped(job: str, argv, markdown: str) -> str:
+    """``markdown`` with a fresh stamp at its top (under its title, if it has one): for the jobs that write
+    their Markdown themselves."""
+    if markdown.startswith("# "):
+        title, _, rest = markdown.partition("\n")
+        return f"{title}\n\n{stamp(start(job, argv))}\n{rest.lstrip()}"
+    return stamp(start(job, argv)) + "\n" + markdown
 
 
 def header(title: str, report: dict) -> str:
-    return f"# {title}\n\n{report['date']} · {machine_line(report['machine'])}\n\nCommand: `{report['command']}`\n"
+    return f"# {title}\n\n{stamp(report)}"
 
 
 def write(out: str, name: str, report: dict, markdown: str) -> tuple[str, str]:

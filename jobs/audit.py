@@ -1,4 +1,4 @@
-"""The guarantee, audited (issue 6): sampler coverage against an exact law, and a privacy audit.
+"""The guarantee, audited: sampler coverage against an exact law, and a privacy audit.
 
 Two tables, printed as Markdown and written to ``--out`` (default jobs/results) as ``audit.md`` and
 ``audit.json``.
@@ -51,6 +51,7 @@ import sys
 import time
 
 import _common
+import _report
 
 N_MEDIAN = 21
 RUNS = 1000
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         w.flagged for r in cov_results for w in r.wrong if w.name in ("naive", "median"))
     summary = ("all as expected: correct mechanisms and sampler pass, mis-scaled ones are flagged"
                if ok_audit and ok_cov else "NOT as expected: see the verdict columns")
-    text += f"\n{summary}.\n"
+    text = _report.stamped("audit", argv, text + f"\n{summary}.\n")
     md_path, json_path = os.path.join(a.out, "audit.md"), os.path.join(a.out, "audit.json")
     with open(md_path, "w", encoding="utf-8") as f:
         f.write(text)

@@ -1,6 +1,6 @@
 """Benchmark: raydp against a serial loop, joblib and the machine's limit, side by side in one run.
 
-Six sections (issues 5, 12, 20); each prints a Markdown table and all of them go to ``--out`` as
+Six sections; each prints a Markdown table and all of them go to ``--out`` as
 ``bench.json`` and ``bench.md`` (a run of some sections, ``--sections perpair``, writes
 ``bench_perpair.{json,md}`` instead, and leaves the full report alone):
 
@@ -19,7 +19,7 @@ Six sections (issues 5, 12, 20); each prints a Markdown table and all of them go
    Every row checks that (b), (c) and (d) return exactly the Δ̂ of the serial loop (same seed, same
    blocks, same arithmetic, bit for bit).
 1b. **perpair** — a per-pair target (the mean evaluated one database at a time, no ``batch``), n = 100,
-   m ∈ {1305, 41 971, 10⁶}: the issue-20 defaults (one pair per block up to m = 2048; guided grouping
+   m ∈ {1305, 41 971, 10⁶}: the expensive-target defaults (one pair per block up to m = 2048; guided grouping
    on Ray) against the old ones (~256 blocks, fixed grouping), in turn — what a cheap per-pair target
    pays for blocks that let an expensive one spread.
 2. **svm** — the paper's SVM (n = 1000, d = 8): seconds for the serial loop, joblib with all cores,
@@ -347,18 +347,18 @@ class PerPairMean:
 
 
 def old_block_size(n: int, m: int) -> int:
-    """The per-pair default before issue 20: about 256 blocks (⌈m / 256⌉, at most 65 536 records)."""
+    """The earlier per-pair default: about 256 blocks (⌈m / 256⌉, at most 65 536 records)."""
     return max(1, min(65536 // (n + 1), -(-m // 256)))
 
 
 def old_group_size(blocks: int, slots: int, per_slot: int = 4) -> int:
-    """The Ray grouping before issue 20, approximately: one block per task up to per_slot·slots blocks,
+    """The earlier Ray grouping, approximately: one block per task up to per_slot·slots blocks,
     else ⌈blocks / (per_slot · slots)⌉ (its wave-filling refinement left out)."""
     return 1 if blocks <= per_slot * slots else -(-blocks // (per_slot * slots))
 
 
 def section_perpair(args, cores: int) -> dict:
-    """Per-pair targets under the issue-20 defaults (one pair per block up to m = 2048, ~2048 blocks
+    """Per-pair targets under the expensive-target defaults (one pair per block up to m = 2048, ~2048 blocks
     above; guided grouping on Ray) against the old ones (~256 blocks, fixed grouping), in turn.
 
     A cheap per-pair target pays the new defaults' extra blocks (each ~40-90 µs of seeding and

@@ -1,6 +1,6 @@
 """Figure 4 of Rubinstein & Aldà (ICML 2017): sampled Δ̂ converges to the exact RDP sensitivity.
 
-Example 6 (paper §2, §7.1; METHOD.md §7): f(D) = mean of n iid Exp(λ) records. Neighbours differ in
+Example 6 (paper §2, §7.1): f(D) = mean of n iid Exp(λ) records. Neighbours differ in
 one record, so G = |f(D) − f(D′)| = |X − X′|/n with X, X′ iid Exp(λ), and |X − X′| ~ Exp(λ):
 G ~ Exp(nλ) exactly. Its (1 − γ)-quantile is the exact (ε, γ)-RDP sensitivity of the Laplace
 mechanism,
@@ -64,6 +64,7 @@ import time
 from dataclasses import replace
 
 import _common
+import _report
 
 N = 100
 RATE = 1.0
@@ -207,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     summ = markdown_table(summary, list(SUMMARY_COLUMNS))
     text = (f"Example 6 / Figure 4: n={a.n}, λ={a.rate:g}, {a.repeats} repeats per m, seed {a.seed}\n\n"
             + table + f"\nAt the largest γ ({a.gamma_max:g}), mean over repeats:\n\n" + summ)
+    text = _report.stamped("example6", argv, text)
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(text)
     outputs = [base + ".parquet", base + ".md"]

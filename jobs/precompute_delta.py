@@ -40,6 +40,7 @@ import os
 import sys
 
 import _common
+import _report
 
 from raydp.cli import MECHANISMS
 
@@ -181,8 +182,8 @@ def on_local_cluster(a, argv: list[str] | None) -> int:
     base = [sys.executable, os.path.abspath(__file__), *_driver_args(argv), "--store", store, "--json", "--quiet"]
     if a.full_size_demo:
         base += ["--gamma", str(a.gamma)]
-    report: dict = {"command": "python jobs/precompute_delta.py " + " ".join(argv), "m": m, "store": store,
-                    "workers": a.local_cluster, "cpus_per_node": a.cpus_per_node, "phases": []}
+    report: dict = dict(_report.start("precompute_delta", argv), m=m, store=store, workers=a.local_cluster,
+                        cpus_per_node=a.cpus_per_node, phases=[])
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     extra = {"PYTHONPATH": os.pathsep.join([repo, os.path.dirname(os.path.abspath(__file__))])}
     cluster = LocalCluster(workers=a.local_cluster, cpus_per_node=a.cpus_per_node, extra_env=extra)

@@ -85,6 +85,7 @@ import tempfile
 import time
 
 import _common
+import _report
 
 GAMMA = 0.05
 DELTA = 1e-5
@@ -418,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     text = ("Sensitivity of the released parameters (sampled Δ̂ vs the proven global bound):\n\n"
             + markdown_table(delta_rows) + "\nUtility on held-out private data:\n\n" + markdown_table(wide)
             + "\n" + "\n".join(f"- {x}" for x in notes) + "\n")
+    text = _report.stamped("sklearn_utility", argv, text)
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(text)
     outputs = [base + ".parquet", base + ".md"]
@@ -431,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- --one-liner (issue 21)
+# ----------------------------------------------------------------------------- --one-liner
 ONE_LINER_SETS = {  # raw features on very different scales, like the penguins' bill (mm) and body mass (g)
     "wine": ("load_wine", [0, 6, 9, 12], "alcohol, flavanoids, colour intensity, proline"),
     "breast_cancer": ("load_breast_cancer", [0, 1, 3, 4], "mean radius, texture, area, smoothness"),
@@ -509,7 +511,7 @@ def one_liner(a, argv) -> int:
         for eps in epsilons:
             opts = _common.options(a)
             common = dict(oracle=oracle, epsilon=eps, delta=a.delta, gamma=a.gamma, options=opts)
-            # before issue 21: the scaler's statistics sampled and released with noise
+            # public_steps=None: the scaler's statistics sampled and released with noise
             before = PrivateEstimator(pipe(), public_steps=None, **common)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UtilityWarning)

@@ -1,6 +1,6 @@
 """Figure 5 of Rubinstein & Aldà (ICML 2017): sampled vs global sensitivity of a linear SVM.
 
-Set-up (paper §7.2, METHOD.md §7): n = 1000 records, label ±1 with probability ½, features from
+Set-up (paper §7.2): n = 1000 records, label ±1 with probability ½, features from
 N(0.2·𝟙, 0.01·I) for +1 and N(0.8·𝟙, 0.01·I) for −1 (``raydp.oracles.svm_two_class(d)``); a linear
 SVM in the consistent formulation (C/n)·Σ hinge + ½‖w‖² with C = 3 (``raydp.targets.svm(C=3)``)
 releasing (w, b) under the Laplace mechanism, so G is measured in ℓ1; m = 1500 pairs;
@@ -28,8 +28,8 @@ bound), like the paper's Figure 5.
 The global bound (Proposition 19) — a reconstruction, read with care
 -------------------------------------------------------------------
 The paper bounds the ℓ1 global sensitivity of the released (w, b) in its Proposition 19; its
-proof is in the full report (arXiv:1706.02562), which was not available here. The seed text of
-the paper is garbled exactly there: it reads "the release (w, b) has L1 global sensitivity
+proof is in the full version (arXiv:1706.02562). The text of the proposition as extracted from
+the paper's PDF is cut off exactly there: it reads "the release (w, b) has L1 global sensitivity
 bounded by 2 + 2C" and the formula stops. The same extraction drops radicals elsewhere (the
 neighbouring ‖w_D − w_D′‖₁ ≤ 4LCκ√d/n of Rubinstein et al. 2012 comes out as "4LCκ d/n"), so a
 lost "√d" is the most likely completion. The job therefore uses, by default,
@@ -70,6 +70,7 @@ import sys
 import time
 
 import _common
+import _report
 
 N = 1000
 C = 3.0
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     from raydp.errors import InvalidArgumentError, PlanError
     from raydp.plan import min_gamma
 
-    from _plots import save_table_markdown
+    from _plots import markdown_table
 
     a = make_parser().parse_args(argv)
     dims = a.dims or list(PAPER_DIMS if a.paper else DEFAULT_DIMS)
@@ -231,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
 
     base = os.path.join(a.out, "svm_sensitivity")
     write_parquet(rows, base + ".parquet")
-    text = save_table_markdown(rows, base + ".md", columns=list(COLUMNS))
+    text = _report.stamped("svm_sensitivity", argv, markdown_table(rows, list(COLUMNS)))
+    with open(base + ".md", "w", encoding="utf-8") as f:
+        f.write(text)
     outputs = [base + ".parquet", base + ".md"]
     if not a.no_plot:
         label = "2 + 2C√d" if a.bound == "paper" else "2 + 2√(2Cd) + 4Cd/n"

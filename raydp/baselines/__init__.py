@@ -1,4 +1,4 @@
-"""Baselines that beat global sensitivity without sampling it (lecture seeds 002–004, METHOD.md §8).
+"""Baselines that beat global sensitivity without sampling it (sources: the documentation's method page).
 
 Every release function returns a :class:`BaselineRelease` whose ``notion`` states its privacy:
 

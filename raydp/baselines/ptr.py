@@ -1,7 +1,8 @@
 """Propose-test-release for the median (Dwork & Lei, STOC 2009; Dwork & Roth 2014, §7.3).
 
-Algorithm (lecture seed 002, "Propose-Test-Release"), for a proposed bound ``b`` on the local
-sensitivity and a total budget ``(ε, δ)`` split as ``ε/2`` for the test and ``ε/2`` for the answer:
+Algorithm (as in Dwork & Roth, "The Algorithmic Foundations of Differential Privacy"), for a proposed
+bound ``b`` on the local sensitivity and a total budget ``(ε, δ)`` split as ``ε/2`` for the test and
+``ε/2`` for the answer:
 
 1. ``k = d(x, UNSAFE_b)``: the fewest records of x to change to reach a database whose local
    sensitivity exceeds b. For the median this is exact and cheap:
@@ -14,7 +15,7 @@ sensitivity and a total budget ``(ε, δ)`` split as ``ε/2`` for the test and `
 Privacy: **(ε, δ)-DP**. The test is (ε/2)-DP (k has sensitivity 1); on a pair x ≅ x′ with
 ``LS(x) ≤ b`` the answer is (ε/2)-DP; if ``LS(x) > b`` then ``k(x′) ≤ 1`` and x′ passes the test
 with probability ``≤ ½·exp(−(ε/2)(T − 1)) = δ/2`` where T is the threshold — the "+1" in the
-threshold is what makes this δ (seed 002 writes it the same way).
+threshold is what makes this δ (Dwork & Roth write it the same way).
 
 The proposal ``b`` must not depend on the private data. :func:`propose_bound` makes one from a
 public model of the data (the same oracle the sensitivity sampler uses).

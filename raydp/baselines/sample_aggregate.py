@@ -5,8 +5,8 @@ Smith, STOC 2011, "Privacy-preserving statistical estimation with optimal conver
    that does not look at the data — and evaluate the (non-private, black-box) statistic f on each:
    ``z_j = f(block_j)``. The blocks are evaluated as Ray tasks (``backend="ray"``), several
    blocks per task; ``backend="local"`` evaluates them in this process.
-2. Aggregate the k values with a DP aggregator, the *widened Winsorized mean* (Smith 2011; lecture
-   seed 003, slide "Widened Windsor Mean"):
+2. Aggregate the k values with a DP aggregator, the *widened Winsorized mean* (Smith 2011; also
+   Machanavajjhala's lecture "Smooth Sensitivity and Sampling", slide "Widened Windsor Mean"):
 
    a. ``â, b̂``: the 1/4 and 3/4 quantiles of z by the exponential mechanism on a public grid
       of ``[L, U]`` (:func:`raydp.baselines.exponential_quantile`), ε/4 each;

@@ -1,7 +1,7 @@
 """Selection mechanisms on a public grid: the exponential mechanism for quantiles and the inverse
 sensitivity mechanism for the median. Both are **ε-DP** and both are sampled in log space.
 
-Exponential mechanism (McSherry & Talwar, FOCS 2007; lecture seed 004): over responses t in a
+Exponential mechanism (McSherry & Talwar, FOCS 2007, "Mechanism design via differential privacy"): over responses t in a
 finite set, ``P(t) ∝ exp(ε·u(x, t) / (2Δu))``. For the q-quantile on a grid (as in Smith 2011 and
 Gillenwater, Joseph & Kulesza 2021, here restricted to grid points)::
 
@@ -10,7 +10,7 @@ Gillenwater, Joseph & Kulesza 2021, here restricted to grid points)::
 (replacing one record changes the count by at most one).
 
 Inverse sensitivity mechanism (Asi & Duchi, NeurIPS 2020, "Instance-optimality in differential
-privacy via approximate inverse sensitivity mechanisms"; seed 004 "Inverse Sensitivity Mechanism"):
+privacy via approximate inverse sensitivity mechanisms"):
 
     P(t) ∝ exp(−ε·len_f(x; t) / 2),   len_f(x; t) = min{ d(x, x′) : f(x′) = t }
 

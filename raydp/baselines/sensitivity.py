@@ -6,7 +6,8 @@ Sources
   ``S*_{f,β}(x) = max_{y} e^{−β d(x, y)} LS_f(y)`` (d = number of differing records):
   K. Nissim, S. Raskhodnikova, A. Smith, "Smooth sensitivity and sampling in private data
   analysis", STOC 2007, Definitions 1.3 and 2.1; the median's closed forms are their §3.1
-  (Proposition 3.4). Lecture seed 003 (Machanavajjhala, 590.03 lecture 7) restates them.
+  (Proposition 3.4). A. Machanavajjhala's lecture "Smooth Sensitivity and Sampling" (Duke CompSci
+  590.03, lecture 7, fall 2012) restates them.
 * For data in ``[L, U]``, sorted ``x_1 ≤ … ≤ x_n``, padded with ``x_i = L`` for ``i ≤ 0`` and
   ``x_i = U`` for ``i > n``, and ``f(x) = x_m`` (``m = ⌈n/2⌉``, see :mod:`._common`):
 

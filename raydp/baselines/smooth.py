@@ -11,7 +11,8 @@ Cauchy-like, γ > 1     ``h(z) ∝ 1/(1 + |z|^γ)``           ε/(4γ)        ε
 Laplace                ``h(z) = ½ e^{−|z|}``              ε/2           ε/(2 ln(2/δ))        (ε, δ)-DP
 =====================  =================================  ============  ===================  =========
 
-(NRS Lemma 2.10 for the first row — also lecture seed 003, slide 22: "α = ε/4γ, S* is ε/γ smooth";
+(NRS Lemma 2.10 for the first row — also Machanavajjhala's lecture "Smooth Sensitivity and Sampling",
+slide 22: "α = ε/4γ, S* is ε/γ smooth";
 NRS Example 2 / Lemma 2.9 for the Laplace row.) The default exponent γ = 4 gives Z a finite
 variance; γ = 2 is the standard Cauchy (no mean).
 

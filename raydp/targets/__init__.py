@@ -1,4 +1,4 @@
-"""Built-in targets f : 𝒟ⁿ → B (METHOD.md §1, §7).
+"""Built-in targets f : 𝒟ⁿ → B: the statistics and models of the paper's examples and experiments.
 
 A target is any callable ``target(database)`` with ``database`` of shape ``(n, *record_shape)``.
 The ones here are plain picklable classes with ``identity()``; the cheap ones also offer

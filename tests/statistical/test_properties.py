@@ -63,7 +63,7 @@ _REL = 1e-13  # the plan is computed in binary floating point; allow that roundi
 
 def theorem15_problems(p) -> list[str]:
     """What is wrong with plan ``p``: NaN or non-integer fields, ranges, or either inequality of
-    Theorem 15 (METHOD.md §4), evaluated in 50-digit decimal arithmetic on the plan's exact values."""
+    Theorem 15 (docs/method.md), evaluated in 50-digit decimal arithmetic on the plan's exact values."""
     problems = [f"{f}={getattr(p, f)!r} is not an int" for f in ("m", "k") if type(getattr(p, f)) is not int]
     problems += [f"{f}={getattr(p, f)!r} is not a finite float" for f in ("gamma", "rho")
                  if not (isinstance(getattr(p, f), float) and math.isfinite(getattr(p, f)))]
@@ -113,7 +113,7 @@ def table1_problems(p, gamma, m, k) -> list[str]:
 
 
 def test_the_checker_catches_broken_plans():
-    good = raydp.plan(m=2000, gamma=0.05)  # METHOD.md §5: k = 1983
+    good = raydp.plan(m=2000, gamma=0.05)  # docs/method.md, Table 1: k = 1983
     assert theorem15_problems(good) == [] and table1_problems(good, 0.05, 2000, None) == []
     assert theorem15_problems(Plan(2000, 1982, good.gamma, good.rho, "k"))[0].startswith("k=1982 <")
     tight = raydp.plan(gamma=0.05)  # m = 1305 is the fewest pairs

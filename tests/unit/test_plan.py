@@ -1,4 +1,4 @@
-"""Theorem 15 / Table 1: reference values of METHOD.md §5 and the validation errors."""
+"""Theorem 15 / Table 1: the reference values of docs/method.md and the validation errors."""
 
 import math
 

@@ -52,7 +52,8 @@ def test_svm_job_tiny_end_to_end_and_figure5_direction(tmp_path):
         assert r["global_bound"] == pytest.approx(2 + 2 * 3 * math.sqrt(r["d"]))
         assert r["global_bound"] / r["sensitivity"] > 100
     md = (out / "svm_sensitivity.md").read_text()
-    assert md.splitlines()[0] == "| " + " | ".join(SVM_COLUMNS) + " |" and len(md.splitlines()) == 4
+    assert md.startswith("Made ") and " from commit " in md.splitlines()[0]  # the report's stamp
+    assert md.splitlines()[4] == "| " + " | ".join(SVM_COLUMNS) + " |" and len(md.splitlines()) == 8
     assert md in stdout  # the table is printed
 
     # a re-run reuses the stored samples: same numbers, no new pairs
@@ -131,6 +132,8 @@ def test_precompute_job_any_target_and_oracle(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_precompute_job_backend_ray_starts_an_embedded_ray(tmp_path):
     code, out, err = run_job("precompute_delta.py", "--m", 100, "--n", 20, "--num-cpus", 1, "--out",
                              tmp_path, "--backend", "ray", cwd=tmp_path, timeout=240)

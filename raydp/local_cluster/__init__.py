@@ -1,10 +1,14 @@
 """A throw-away multi-node Ray cluster on this one machine, with token auth on.
 
-Command line (``cluster/local.sh`` is a thin wrapper around it)::
+Command line (``cluster/local.sh`` and ``raydp cluster`` are thin wrappers around it)::
 
     python -m raydp.local_cluster up [WORKERS]    start a head node + WORKERS (default 1) worker nodes
+    python -m raydp.local_cluster up 2 --netns    the same, each node on its own network (root; below)
     python -m raydp.local_cluster status          `ray status` for our cluster + the recorded processes
     python -m raydp.local_cluster env             print `export ...` lines for a client shell (contains the token)
+    python -m raydp.local_cluster exec -- CMD     run CMD as a client (with --netns: in the head's namespace)
+    python -m raydp.local_cluster cut I           take node I (1-based worker, or "head") off the network (--netns)
+    python -m raydp.local_cluster restore I       put it back on
     python -m raydp.local_cluster kill-worker I   SIGKILL worker node I (1-based) -- fault injection
     python -m raydp.local_cluster down            stop everything `up` started (idempotent)
 
@@ -64,9 +68,49 @@ CLIENTS MUST ALSO SET RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (env.sh / `env` do): w
 ray.init(address="127.0.0.1:PORT") and `ray status` rewrite the address to the primary interface,
 where nothing listens, and hang (~2 min) before failing. `ray job submit` (HTTP) does not care.
 
+Namespace mode (``up --netns``, root only): a rehearsal of a cluster of separate machines. Every node
+runs in a network namespace of its own with an address of its own in 198.18.0.0/15 (RFC 2544's
+benchmarking range): the head at 198.18.S.1, workers at .2, .3, ..., joined by a Linux bridge on which
+this machine's root namespace has 198.18.S.254 (:mod:`~raydp.local_cluster.net`). Nodes reach each
+other only over those links, so a node can be lost the way a machine is lost::
+
+    raydp cluster up 2 --netns                # head 198.18.0.1, workers .2 and .3 (the first free /24)
+    raydp cluster exec -- raydp estimate --target raydp.targets:svm \\
+        --oracle raydp.oracles:svm_two_class --n 1000 --m 1500 --gamma 0.05 --backend ray
+    raydp cluster cut 1                       # worker1's link down: its packets are dropped, nothing reset
+    raydp cluster restore 1                   # back, its connections intact if Ray has not given up
+    raydp cluster status                      # processes, addresses, links (up / cut), `ray status`
+    raydp cluster down                        # processes, namespaces, veths, bridge, temp dirs: all gone
+
+Ports are Ray's own (GCS 6379, dashboard 8265), as no node shares a network. What runs where:
+
+* a *driver* (``ray.init``, ``raydp estimate --backend ray``, a job script) must run in the head's
+  namespace, which ``exec`` does (``ip netns exec rdpXXXXXX-head``, with RAY_ADDRESS and the token set).
+  Ray attaches a driver to a raylet of its own machine (found among the local processes) and takes
+  that node's address as its own; workers call the driver back there, to fetch what it put in the
+  object store and to return results. From the root namespace that address is not the driver's own:
+  it connects, tiny tasks even succeed, and a real run hangs. In the head's namespace it is its own,
+  as for a driver on a cluster's head machine;
+* ``ray job submit`` (HTTP to the dashboard at 198.18.S.1:8265) and ``ray status`` (the GCS) work from
+  the root namespace, through the bridge: ``source env.sh`` and go.
+
+What a cut looks like: the node's TCP connections neither close nor reset. Ray's GCS marks it dead
+after about a minute of missed health checks, and to Ray alone a task that was running there fails
+only when the connection's keepalive gives up, minutes later (how raydp's Ray backend does not wait
+for that: :mod:`raydp.engine.ray`). A cut of a few seconds is invisible to Ray: the connections
+resume. Kernels without netem cannot add latency; ``tc qdisc ... tbf`` on a node's veth still limits
+its bandwidth.
+
+Names begin with ``rdpXXXXXX`` (a random id per cluster): namespaces ``rdpXXXXXX-head``,
+``rdpXXXXXX-worker1``, ...; veths ``rdpXXXXXXv0``, ...; the bridge ``rdpXXXXXXbr``; Ray's temp dirs
+``/tmp/raydp-XXXXXX/NODE``. The id is in the state dir (``netns``) before anything is made, so a
+``down`` after any failure finds everything; a failed ``up`` removes it itself. Two clusters at once
+(two state dirs) get two ids and two /24s. Without root: one line, exit 2, nothing made.
+
 The package's modules, one job each: :mod:`~raydp.local_cluster.cluster` (:class:`LocalCluster`),
 :mod:`~raydp.local_cluster.procs` (the processes of a node in /proc, and stopping them),
-:mod:`~raydp.local_cluster.state` (the state dir's files), :mod:`~raydp.local_cluster.net` (ports),
+:mod:`~raydp.local_cluster.state` (the state dir's files), :mod:`~raydp.local_cluster.net` (ports and
+the namespaces' network),
 :mod:`~raydp.local_cluster.helpers` (programs run in the nodes' own processes) and
 :mod:`~raydp.local_cluster.command` (the command line).
 """

@@ -2,8 +2,10 @@
 
 ``token`` (0600), ``env.sh`` (0600, ``source`` it: the client variables), ``cluster.env`` (address,
 ports, temp and session dir), ``nodes`` (one line per node: ``name pgid raylet_pid node_id``; the pgid
-is also the node's session id) and ``logs/NAME.log`` (each node's ``ray start`` output). ``down`` keeps
-only the token (and, with ``keep_logs`` or after a failed ``up``, the logs).
+is also the node's session id), ``netns`` (namespace mode: ``NET_ID SUBNET``, written before the first
+link or namespace is made, so that a ``down`` after any failure finds them) and ``logs/NAME.log`` (each
+node's ``ray start`` output). ``down`` keeps only the token (and, with ``keep_logs`` or after a failed
+``up``, the logs).
 """
 
 from __future__ import annotations
@@ -104,11 +106,13 @@ class StateDir:
         return token
 
     def write_env(self, *, token: str, address: str, dashboard: str, loopback_env: dict[str, str] | None,
-                  fields: dict[str, object]) -> None:
-        """``env.sh`` (for a client shell) and ``cluster.env`` (``fields``, one KEY=value a line)."""
+                  fields: dict[str, object], note: str = "") -> None:
+        """``env.sh`` (for a client shell; ``note``: comment lines after the first) and ``cluster.env``
+        (``fields``, one KEY=value a line)."""
         loop = "" if not loopback_env else "\n".join(f"export {k}={v}" for k, v in loopback_env.items())
         write_private(self.path / "env.sh", (
             "# source this file to talk to the local raydp Ray cluster (contains the auth token)\n"
+            f"{note}"
             "export RAY_AUTH_MODE=token\n"
             f"export RAY_AUTH_TOKEN='{token}'\n"
             f"export RAY_ADDRESS='{address}'\n"
@@ -126,8 +130,25 @@ class StateDir:
         except OSError:
             return None
 
+    def net(self) -> tuple[str, int | None] | None:
+        """The recorded namespace network ``(net_id, subnet)`` (subnet None until it was chosen), or None."""
+        try:
+            f = (self.path / "netns").read_text().split()
+        except OSError:
+            return None
+        if not f:
+            return None
+        return f[0], int(f[1]) if len(f) > 1 and f[1].isdigit() else None
+
+    def record_net(self, net_id: str, subnet: int | None) -> None:
+        (self.path / "netns").write_text(f"{net_id} {'-' if subnet is None else subnet}\n")
+
+    def forget_net(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.path / "netns").unlink()
+
     def remove_files(self) -> None:
-        """Everything but the token and the logs."""
+        """Everything but the token, the logs and the namespace record (removed once the network is)."""
         for f in [self.nodes_file, self.path / "cluster.env", self.path / "env.sh", *self.path.glob("*.sid")]:
             with contextlib.suppress(FileNotFoundError):
                 f.unlink()

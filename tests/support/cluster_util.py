@@ -14,6 +14,12 @@ with token authentication on and a fresh random token per cluster. Ports are pic
 dir is a fresh temp dir, and the cluster is always torn down (only its own processes, never
 ``ray stop``) when the ``with`` block exits; on an exception the state dir and Ray logs are kept.
 
+``netns_cluster(...)`` is the same with every node in a network namespace of its own on its own
+address in 198.18.0.0/15 (root only; ``netns_skip_reason()`` says why not): drivers run through
+``Cluster.client`` / ``client_popen`` (in the head's namespace), ``cut`` / ``restore`` take a node off the
+network and back, ``running_task`` tells whether a node runs a task right now and ``task_rows`` where
+tasks ran (Ray's state API).
+
 ``Cluster.env`` has what a client needs: ``RAY_AUTH_MODE=token`` *and* ``RAY_AUTH_TOKEN`` (the token
 alone is not sent), ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (loopback), ``RAY_ADDRESS`` and
 ``RAY_API_SERVER_ADDRESS``; the venv's bin dir is first on PATH for nodes and clients alike.
@@ -36,8 +42,10 @@ from pathlib import Path
 from typing import Sequence
 
 from raydp.local_cluster import LocalCluster, Node, session_pids
+from raydp.local_cluster.net import leftovers as net_leftovers, netns_unavailable
+from raydp.local_cluster.procs import cluster_procs, cmdline, proc_table
 
-from paths import REPO  # noqa: E402
+from paths import CHILDREN, REPO  # noqa: E402
 LOCAL_SH = REPO / "cluster" / "local.sh"
 
 
@@ -121,6 +129,52 @@ class Cluster(LocalCluster):
     def listening_sockets(self) -> list[ListenSocket]:
         """TCP LISTEN sockets held by the live processes of this cluster's nodes."""
         return listening_sockets(self.processes())
+
+
+    # ---- namespace mode (``netns_cluster``)
+
+    def client(self, args: Sequence[str], *, timeout: float = 300, check: bool = False,
+               cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+        """Run a command where a driver of this cluster can run (the head's namespace in namespace mode)."""
+        return subprocess.run(self.client_command(list(args)), env=self.env, cwd=cwd, text=True,
+                              capture_output=True, timeout=timeout, check=check)
+
+    def client_popen(self, args: Sequence[str], **kw) -> subprocess.Popen:
+        """:meth:`client` without waiting: a Popen in a session of its own (kill it with os.killpg)."""
+        return subprocess.Popen(self.client_command(list(args)), env=self.env, start_new_session=True, **kw)
+
+    def running_task(self, node: str, name: str = "_run_group") -> list[int]:
+        """PIDs of node ``node``'s task workers executing a task named ``name`` right now: a Ray worker
+        titles itself ``ray::NAME`` while it runs one (``ray::IDLE`` between tasks)."""
+        pgid = next(n.pgid for n in self.nodes() if n.name == node)
+        title = f"ray::{name}".encode()
+        return sorted(pid for pid in cluster_procs({pgid}, proc_table()) if cmdline(pid).startswith(title))
+
+    def task_rows(self, name: str = "_run_group", timeout: float = 60) -> list[dict]:
+        """Every task named ``name`` Ray's state API knows of: job, state, node address, start, end
+        (``tests/children/task_hosts.py``, run here with the token)."""
+        p = self.run([sys.executable, str(CHILDREN / "task_hosts.py"), self.dashboard, name], timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"task_hosts.py failed: {p.stderr[-2000:]}")
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def net_leftovers(self) -> list[str]:
+        """Links and namespaces of this cluster's network still there (empty after ``down``)."""
+        return net_leftovers(self.fabric.net_id) if self.fabric is not None else []
+
+
+def netns_skip_reason() -> str | None:
+    """Why namespace-mode clusters cannot run here (not root, no ``ip netns``), or None."""
+    return netns_unavailable()
+
+
+def netns_cluster(workers: int = 2, cpus_per_node: int = 1, *, extra_env: dict[str, str] | None = None,
+                  keep_state: bool = False, up_timeout: float = 90, **node) -> Cluster:
+    """Like :func:`local_cluster`, each node in a network namespace of its own on its own address in
+    198.18.0.0/15 (root only): drivers run through ``client``/``client_popen`` (the head's namespace),
+    ``cut``/``restore`` take a node off the network and back."""
+    return Cluster(workers, cpus_per_node, extra_env=extra_env, up_timeout=up_timeout, keep_logs=keep_state,
+                   env=venv_path_env(), netns=True, **node)
 
 
 def local_cluster(workers: int = 1, cpus_per_node: int = 1, *,

@@ -27,8 +27,9 @@ import sys
 from typing import Callable
 
 def add_common_flags(parser: argparse.ArgumentParser, *, out_default: str, store: bool = False) -> None:
-    """The sampler's flags (``raydp.cli.add_sampler_flags``: --seed --block-size --backend --address
-    --num-cpus --task-timeout --pair-timeout --strict --quiet, and --store --resume with ``store``) and --out."""
+    """The sampler's flags (``raydp.cli.add_sampler_flags``, made from ``raydp.SamplerOptions``'s fields:
+    --seed --block-size --backend --address --num-cpus --task-timeout --connect-timeout --strict --quiet
+    --pair-timeout --time-budget --no-replay, and --store --resume with ``store``) and --out."""
     from raydp.cli import add_sampler_flags
 
     add_sampler_flags(parser, store=store, seed_default=0, store_aliases=())

@@ -19,8 +19,8 @@ from .errors import (
     BudgetError,
     EngineError,
     EstimateMismatchError,
-    InvalidArgument,
     InvalidArgumentError,
+    InvalidTypeError,
     MechanismError,
     OracleError,
     PlanError,
@@ -45,6 +45,6 @@ __all__ = [
     "__version__", "plan", "Plan", "estimate_sensitivity", "SensitivityEstimate", "sample_then_respond",
     "Release", "Laplace", "Gaussian", "Exponential", "Bernstein", "oracles", "targets", "load_estimate",
     "RaydpError", "PlanError", "MechanismError", "OracleError", "TargetError", "EstimateMismatchError",
-    "StoreError", "EngineError", "InvalidArgument", "InvalidArgumentError", "Ledger", "BudgetError",
+    "StoreError", "EngineError", "InvalidArgumentError", "InvalidTypeError", "Ledger", "BudgetError",
     "AutoBackend", "Backend", "LocalBackend", "RayBackend", "Store", "RunIdentity", "SamplerOptions",
 ]

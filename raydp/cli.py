@@ -90,61 +90,69 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
            "exponential": mechanisms.Exponential, "bernstein": mechanisms.Bernstein}[name]
     try:
         return cls(**kwargs)
+    except RaydpError:  # a parameter of the wrong type is a TypeError too, and already says which
+        raise
     except TypeError as exc:
         raise InvalidArgumentError(f"--mechanism-args do not fit the {name} mechanism: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------------
-# The sampler's options on a command line: the same flags for `raydp estimate` and every job.
+# The sampler's options on a command line: the same flags for `raydp estimate` and every job, each made
+# from its option's own definition (raydp.options: the fields' Flag metadata and RAY_FLAGS).
 
-_BACKEND_FLAGS = {"address": "--address", "num_cpus": "--num-cpus", "task_timeout": "--task-timeout",
-                  "connect_timeout": "--connect-timeout"}
+_STORE_FIELDS = ("store", "resume")  # left out for a job that keeps its results elsewhere (store=False)
+
+
+def _add_flag(group, field: str, flag, option_default, *, default, aliases: tuple[str, ...] = (),
+              note: str = "") -> None:
+    """``flag`` on ``group``; ``default`` is what argparse keeps when a value flag is not given."""
+    text = flag.help.format(default=option_default) if "{default" in flag.help else flag.help
+    if flag.type is None:  # a switch: given, the option takes the opposite of its default
+        stored = True if flag.dest is not None else not option_default
+        group.add_argument(flag.name, *aliases, dest=flag.dest or field,
+                           action="store_true" if stored else "store_false", help=text + note)
+    else:
+        group.add_argument(flag.name, *aliases, dest=flag.dest or field, type=flag.type, metavar=flag.metavar,
+                           choices=flag.choices, default=default, help=text + note)
 
 
 def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = None,
                       store_aliases: tuple[str, ...] = ("--out",)) -> None:
     """The flags of :class:`raydp.SamplerOptions` (and of the Ray backend it may use): one definition for
-    ``raydp estimate`` and every job."""
+    ``raydp estimate`` and every job. ``store=False`` leaves out --store and --resume; ``seed_default``
+    is the seed when --seed is not given (a job's fixed default); ``store_aliases`` are other names of
+    --store."""
+    from .options import option_flags, ray_flags
+
     g = parser.add_argument_group("how the pairs are sampled (raydp.SamplerOptions)")
-    g.add_argument("--seed", type=int, default=seed_default,
-                   help="fixes every G value with the block size" + (f" (default: {seed_default})"
-                                                                     if seed_default is not None else ""))
-    g.add_argument("--block-size", type=int, help="pairs per block (default: from n, m and the target kind)")
-    g.add_argument("--backend", choices=("auto", "local", "ray"), default="auto",
-                   help="auto (default): in process for a small run, Ray for a large one or when a cluster is "
-                        "at hand (--address, RAY_ADDRESS); local; ray. Every choice gives the same sample")
-    g.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, set by `ray job submit`)")
-    g.add_argument("--num-cpus", type=int, metavar="N",
-                   help="CPUs of the embedded Ray started when there is no cluster (default: all)")
-    g.add_argument("--task-timeout", type=float, metavar="SECONDS",
-                   help="ray backend: kill a task that runs longer; its pairs count as failures")
-    g.add_argument("--connect-timeout", type=float, metavar="SECONDS",
-                   help="with --address or RAY_ADDRESS: fail in one line when no Ray cluster answers there "
-                        "within this time (default: 30)")
-    g.add_argument("--pair-timeout", type=float, metavar="SECONDS",
-                   help="a pair whose evaluation takes longer counts as a failure (G = +inf)")
-    g.add_argument("--strict", action="store_true", help="stop on the first failing pair")
-    g.add_argument("--quiet", action="store_true", help="no progress display")
-    if store:
-        g.add_argument("--store", *store_aliases, dest="store",
-                       help="store URI: local path or pyarrow filesystem URI (s3://...)"
-                            + (f" ({', '.join(store_aliases)}: the old name)" if store_aliases else ""))
-        g.add_argument("--resume", action="store_true", help="continue the run stored at --store")
+    for field, flag, option_default in option_flags():
+        if field in _STORE_FIELDS and not store:
+            continue
+        if field == "seed" and seed_default is not None:
+            _add_flag(g, field, flag, option_default, default=seed_default, note=f" (default: {seed_default})")
+        elif field == "store":
+            _add_flag(g, field, flag, option_default, default=option_default, aliases=store_aliases,
+                      note=f" ({', '.join(store_aliases)}: the old name)" if store_aliases else "")
+        else:
+            _add_flag(g, field, flag, option_default, default=option_default)
+        if field == "backend":  # the Ray backend's flags, next to the choice of backend; None: not given
+            for ray_field, ray_flag, ray_default in ray_flags():
+                _add_flag(g, ray_field, ray_flag, ray_default, default=None)
 
 
 def sampler_options(a, **changes):
     """The :class:`raydp.SamplerOptions` the flags of :func:`add_sampler_flags` give (``changes`` on top)."""
-    from .options import SamplerOptions
+    from .options import SamplerOptions, option_flags, ray_flags
 
-    backend = {field: getattr(a, field) for field in _BACKEND_FLAGS if getattr(a, field, None) is not None}
-    if a.backend == "local" and backend:
-        flags = ", ".join(_BACKEND_FLAGS[f] for f in backend)
-        raise InvalidArgumentError(f"{flags} {'needs' if len(backend) == 1 else 'need'} --backend auto or ray "
+    given = [(field, flag) for field, flag, _ in ray_flags() if getattr(a, flag.dest or field, None) is not None]
+    if a.backend == "local" and given:
+        flags = ", ".join(flag.name for _, flag in given)
+        raise InvalidArgumentError(f"{flags} {'needs' if len(given) == 1 else 'need'} --backend auto or ray "
                                    "(in process there is no Ray; "
                                    "use --pair-timeout for a time limit)")
-    fields = dict(seed=a.seed, block_size=a.block_size, backend=a.backend, store=getattr(a, "store", None),
-                  resume=getattr(a, "resume", False), strict=a.strict, progress=not a.quiet,
-                  pair_timeout=a.pair_timeout)
+    backend = {field: getattr(a, flag.dest or field) for field, flag in given}
+    fields = {field: flag.value(getattr(a, flag.dest or field), option_default)
+              for field, flag, option_default in option_flags() if hasattr(a, flag.dest or field)}
     fields.update(changes)
     return SamplerOptions.of(**fields, **backend)
 
@@ -206,6 +214,8 @@ def cmd_estimate(a) -> int:
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     oracle = build(a.oracle, a.oracle_args, "--oracle", ("raydp.oracles",))
     mech = build_mechanism(a.mechanism, a.mechanism_args)
+    if a.time_budget is not None and (a.m is not None or a.k is not None):
+        raise InvalidArgumentError("--time-budget chooses m from --gamma; give --gamma alone with it (no --m or --k)")
     est = estimate_sensitivity(target, oracle, a.n, mechanism=mech, options=sampler_options(a), **_plan_kwargs(a))
     print_estimate(est, as_json=a.json, uri=a.store)
     return 0
@@ -257,7 +267,13 @@ def cmd_release(a) -> int:
     elif a.epsilon_total is not None or a.delta_total is not None or a.label is not None:
         raise InvalidArgumentError("--epsilon-total, --delta-total (--budget-epsilon, --budget-delta) and --label "
                                    "need --ledger PATH")
-    est = load_estimate(a.store)
+    from .seal import warm
+
+    warm()
+    oracle = None if a.oracle is None else build(a.oracle, a.oracle_args, "--oracle", ("raydp.oracles",))
+    if a.oracle is None and a.oracle_args is not None:
+        raise InvalidArgumentError("--oracle-args needs --oracle")
+    est = load_estimate(a.store, oracle=oracle)
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
     try:
@@ -267,10 +283,12 @@ def cmd_release(a) -> int:
     except (OSError, ValueError, EOFError) as exc:  # a directory, unreadable, not a .npy array
         why = exc if isinstance(exc, (OSError, RaydpError)) else type(exc).__name__  # numpy's text may quote data
         raise InvalidArgumentError(f"--data: cannot read {a.data!r} as .npy, .parquet or .csv ({why})") from None
-    r = sample_then_respond(data, target, mech, estimate=est, ledger=ledger, ledger_label=a.label)
+    r = sample_then_respond(data, target, mech, estimate=est, gamma=a.gamma, ledger=ledger, ledger_label=a.label,
+                            replay=a.replay)
     value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
     out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
-           "sensitivity": r.sensitivity, "mechanism": r.mechanism}
+           "sensitivity": r.sensitivity, "mechanism": r.mechanism,
+           "replay": None if r.replay is None else r.replay.to_dict()}
     if r.ledger is not None:
         out["ledger"] = r.ledger
     if a.json:
@@ -354,9 +372,17 @@ def make_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("release", help="apply a stored estimate to a private data file")
     r.add_argument("--store", "--estimate", dest="store", required=True,
                    help="store URI written by raydp estimate --store (--estimate is the old name)")
-    r.add_argument("--data", required=True, help="private data: .parquet, .csv or .npy")
+    r.add_argument("--data", required=True, help="private data, one row per record: .parquet or .csv with numeric columns only (the oracle's record fields in order; one column = scalar records, no missing cells), or .npy")
     r.add_argument("--target", required=True)
     r.add_argument("--target-args")
+    r.add_argument("--gamma", type=float, required=True,
+                   help="the γ you release under; refused when the store's plan gives another")
+    r.add_argument("--oracle", help="MODULE:ATTR of the store's oracle: only for a store written before raydp kept "
+                                    "witness records, to draw them (a built-in oracle is rebuilt without it)")
+    r.add_argument("--oracle-args", help="JSON kwargs for --oracle")
+    r.add_argument("--no-replay", dest="replay", action="store_false",
+                   help="release without recomputing the store's witness pairs with this target (the statement "
+                        "says so; not advised)")
     r.add_argument("--mechanism", choices=MECHANISMS, default="laplace")
     r.add_argument("--mechanism-args")
     r.add_argument("--epsilon", type=float, required=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .engine.reduce import kth_smallest
+from .engine.witness import Replay, Witnesses
 from .errors import PlanError
 from .identity import RunIdentity
 from .plan import Plan, plan as make_plan
@@ -32,6 +33,13 @@ class SensitivityEstimate:
     seconds: float = field(default=0.0, compare=False)
     # where the pairs ran ("local", "ray", with auto's reason); never part of the result
     backend: str | None = field(default=None, compare=False)
+    # a few pairs with their G and oracle records, replayed whenever this Δ̂ is reused (raydp.engine.witness)
+    witnesses: Witnesses | None = field(default=None, repr=False, compare=False)
+    # how stored G values this estimate reused (a store's resume) were checked against the target
+    replay: Replay | None = field(default=None, repr=False, compare=False)
+    # how a time budget chose m (SamplerOptions.time_budget): budget, slots, seconds per pair, the fewest
+    # pairs γ needed and the (m, k) taken; None when the plan was taken as asked
+    sizing: dict | None = field(default=None, compare=False)
 
     # the run identity, read through
     n = property(lambda self: self.identity.n)
@@ -49,8 +57,12 @@ class SensitivityEstimate:
         return self.plan.gamma
 
     def provenance(self) -> dict:
-        """The run identity and plan: what Δ̂ was computed for (not the result)."""
-        return self.identity.provenance(self.plan)
+        """The run identity and plan: what Δ̂ was computed for (not the result); with ``sizing`` when a time
+        budget chose m."""
+        prov = self.identity.provenance(self.plan)
+        if self.sizing is not None:
+            prov["sizing"] = dict(self.sizing)
+        return prov
 
     def to_dict(self) -> dict:
         d = self.provenance()
@@ -62,6 +74,7 @@ class SensitivityEstimate:
 
         Theorem 15 holds for the new (m, k, γ) because the G sample is the same iid sample; only
         the order statistic changes. Needs the full sample unless the new k is at least the old k.
+        The witnesses stay those of the sample (they check the target against it, whatever k).
         """
         new = make_plan(m=self.plan.m, gamma=gamma)
         if new.k >= self.plan.k and self.top is not None:

@@ -14,16 +14,26 @@ qualified name is not enough: every lambda is ``<lambda>``, every ``functools.pa
   object's attributes, a fitted model's arrays, a generator's state all count;
 - arrays by dtype, shape and bytes; containers element by element; an object that defines
   ``identity()`` by that identity (it names what matters itself);
-- what lives in an installed library (numpy, scikit-learn, the standard library) and modules by
-  reference (``module:qualname``): their code is fixed by the library's version, not by the user.
+- what lives in an installed library (numpy, scikit-learn, the standard library): by reference
+  (``module:qualname``) *and* the library's distribution name and version (the standard library:
+  the Python version), so an upgrade changes the fingerprint; a module of the user's own (not the
+  standard library, not an installed distribution) by the SHA-256 of its source file, so an edit of
+  a helper module the target calls changes it too;
+- a function's attributes (``f.k = 3``), what a wrapper wraps (``functools.lru_cache``,
+  ``functools.wraps``), an ndarray subclass's full pickled state (a masked array's mask), and an
+  object of a user's class by its own attributes (``vars``) rather than what its ``__getstate__``
+  chooses to pickle.
 
 Not part of a fingerprint: file names and line numbers (moving a function in its file changes
 nothing), object ids, dict insertion order. The bytecode is the interpreter's, so a new Python minor
 version gives new fingerprints: a stored run is then refused, never wrongly accepted.
 
-What cannot be fingerprinted — an object that refuses to be pickled (a lock, an open file, a live
-connection) — gives ``None``: such a target can be sampled and released in one call, but its Δ̂
-cannot be matched to it later (see :func:`raydp.identity.check_reusable`).
+What cannot be read — an object that refuses to be pickled (a lock, an open file, a live
+connection), a ufunc made by ``numpy.frompyfunc`` (its Python function is out of reach), a user
+module without a source file — gives ``None``: the target is then *not statically verifiable*, and
+a stored Δ̂ is matched to it only after its witness pairs were replayed (see
+:func:`raydp.identity.check_reusable` and :mod:`raydp.engine.witness`). A static fingerprint of
+arbitrary Python always has holes; the replay is the check that has none for the pairs it looks at.
 
 >>> content_digest(lambda d: d.mean()) == content_digest(lambda d: d.mean())
 True
@@ -61,6 +71,43 @@ _LIBRARY_ROOTS = _library_roots()
 _GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME"})
 # raydp's own objects are fixed by raydp's version, which every run identity records.
 _BY_REFERENCE_PACKAGES = ("raydp",)
+
+
+@functools.lru_cache(maxsize=None)
+def _distributions() -> dict:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.packages_distributions()
+    except Exception:  # pragma: no cover - a broken environment: versions unknown
+        return {}
+
+
+@functools.lru_cache(maxsize=1024)
+def library_version(module: str) -> str:
+    """What fixes a library module's code: ``python-3.11.7`` for the standard library, ``numpy==2.4.6``
+    for an installed distribution, ``raydp==...`` for raydp's own modules; ``?`` when unknown."""
+    import importlib.metadata
+
+    top = (module or "").split(".")[0]
+    if top in _BY_REFERENCE_PACKAGES:
+        from ._version import __version__
+
+        return f"raydp=={__version__}"
+    if top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names:
+        return "python-" + ".".join(map(str, sys.version_info[:3]))
+    versions = []
+    for dist in sorted(set(_distributions().get(top, ()))):
+        try:
+            versions.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except Exception:  # pragma: no cover - metadata gone between the two calls
+            versions.append(f"{dist}==?")
+    return ",".join(versions) or "?"
+
+
+def is_library(obj) -> bool:
+    """True for a class or function of the standard library or an installed package."""
+    return _is_library_module(getattr(obj, "__module__", None))
 
 
 def _is_library_module(name: str | None) -> bool:
@@ -120,7 +167,7 @@ class _Hasher:
             return
         self.memo[key] = len(self.memo)
         self.keep.append(obj)
-        if isinstance(obj, np.ndarray):
+        if type(obj) is np.ndarray:  # a subclass (a masked array) goes by its pickled state: its mask counts
             self._array(obj)
         elif isinstance(obj, np.generic):
             self.tag("npscalar", obj.dtype.str, obj.tobytes())
@@ -136,7 +183,7 @@ class _Hasher:
                 self.feed(k)
                 self.feed(v)
         elif isinstance(obj, types.ModuleType):
-            self.tag("module", obj.__name__)
+            self._module(obj)
         elif isinstance(obj, types.CodeType):
             self._code(obj)
         elif isinstance(obj, functools.partial):
@@ -152,16 +199,25 @@ class _Hasher:
             self._function(obj)
         elif isinstance(obj, type):
             self._class(obj)
+        elif isinstance(obj, np.ufunc) and _importable_as(obj) is None and getattr(np, obj.__name__, None) is not obj:
+            raise Unfingerprintable(f"the ufunc {obj.__name__!r} was made by numpy.frompyfunc (or is not numpy's): "
+                                    "its Python function cannot be read")
         elif isinstance(obj, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
                               np.ufunc)):
-            self.tag("builtin", getattr(obj, "__module__", None) or "", getattr(obj, "__qualname__", repr(obj)))
+            module = getattr(obj, "__module__", None) or ("numpy" if isinstance(obj, np.ufunc) else "")
+            self.tag("builtin", module, getattr(obj, "__qualname__", repr(obj)), library_version(module))
             owner = getattr(obj, "__self__", None)
             if owner is not None and not isinstance(owner, types.ModuleType):
                 self.feed(owner)  # a bound builtin method, e.g. rng.normal: its object's state counts
         elif obj is _EMPTY_CELL:
             self.tag("empty-cell")
+        elif callable(getattr(obj, "__wrapped__", None)) and not _is_library_module(getattr(obj, "__module__", None)):
+            self.tag("wrapper", type(obj).__module__, type(obj).__qualname__)  # lru_cache & co.: what it wraps
+            self.feed(obj.__wrapped__)
+            self.feed(getattr(obj, "cache_parameters", lambda: None)())
         elif (ref := _importable_as(obj)) is not None and _is_library_module(getattr(obj, "__module__", None)):
-            self.tag("named", ref)  # e.g. numpy's dispatching functions (np.mean): named by the library
+            # e.g. numpy's dispatching functions (np.mean): named by the library and its version
+            self.tag("named", ref, library_version(obj.__module__))
         elif callable(getattr(obj, "identity", None)):
             ident = obj.identity()
             self.tag("identity")
@@ -193,15 +249,29 @@ class _Hasher:
                 names |= set(self._globals_read(const))
         return sorted(names)
 
+    def _module(self, module: types.ModuleType) -> None:
+        name = module.__name__
+        if _is_library_module(name):
+            self.tag("module", name, library_version(name))
+            return
+        path = getattr(module, "__file__", None)
+        try:
+            with open(path, "rb") as f:  # the user's own module: what it computes is its source
+                source = f.read()
+        except (OSError, TypeError):
+            raise Unfingerprintable(f"module {name} has no source file to read") from None
+        self.tag("module-source", name, hashlib.sha256(source).hexdigest())
+
     def _function(self, fn: types.FunctionType) -> None:
         ref = _importable_as(fn)
         if ref is not None and _is_library_module(fn.__module__):
-            self.tag("function-ref", ref)
+            self.tag("function-ref", ref, library_version(fn.__module__))
             return
         self.tag("function")
         self._code(fn.__code__)
         self.feed(fn.__defaults__)
         self.feed(fn.__kwdefaults__)
+        self.feed(dict(vars(fn)))  # f.k = 3: a function's attributes are state its code may read
         cells = []
         for cell in fn.__closure__ or ():
             try:
@@ -220,7 +290,7 @@ class _Hasher:
     def _class(self, cls: type) -> None:
         ref = _importable_as(cls)
         if ref is not None and _is_library_module(cls.__module__):
-            self.tag("class-ref", ref)
+            self.tag("class-ref", ref, library_version(cls.__module__))
             return
         self.tag("class", cls.__qualname__)
         self.feed(tuple(b for b in cls.__bases__ if b is not object))
@@ -233,6 +303,13 @@ class _Hasher:
         cls = type(obj)
         self.tag("object")
         self.feed(cls)
+        if not _is_library_module(cls.__module__) and (hasattr(obj, "__dict__") or _slot_names(cls)):
+            # A user's class: its own attributes, not what its __getstate__ chooses to pickle (a field
+            # left out of the pickle may still scale what it computes).
+            self.tag("attributes")
+            self.feed(dict(getattr(obj, "__dict__", {})))
+            self.feed({name: getattr(obj, name, _EMPTY_CELL) for name in _slot_names(cls)})
+            return
         try:
             reduced = obj.__reduce_ex__(4)
         except Exception as exc:  # locks, files, sockets, live connections: no content to read
@@ -263,6 +340,14 @@ class _EmptyCell:
 
 
 _EMPTY_CELL = _EmptyCell()
+
+
+def _slot_names(cls: type) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else [n for n in slots if n not in ("__dict__", "__weakref__")]
+    return names
 
 
 def _unwrap_member(value):

@@ -6,9 +6,10 @@ description must be the same in every process for the same object. Objects may d
 compute. Anything else — a function, a lambda, a ``functools.partial``, a callable object — is
 described by its name *and* a content fingerprint (:mod:`raydp.fingerprint`: code, constants,
 closure cells, defaults, partial arguments, instance state), so two functions that compute different
-things never share a description. One whose content cannot be read (it holds a lock, an open file)
-is described with ``"unfingerprintable"``: it can be sampled and released in one call, but no stored
-or earlier Δ̂ is ever matched to it (:func:`check_reusable`).
+things never share a description. One whose content cannot be read (it holds a lock, an open file,
+a compiled function whose code is out of reach) is described with ``"unfingerprintable"`` — not
+statically verifiable: a stored or earlier Δ̂ is matched to it only after its witness pairs were
+replayed (:func:`check_reusable`, :mod:`raydp.engine.witness`).
 """
 
 from __future__ import annotations
@@ -109,19 +110,21 @@ def unfingerprintable(description: Any) -> str | None:
     return None
 
 
-def check_reusable(description: dict, what: str, error: type[Exception], use: str) -> None:
-    """Refuse to match a Δ̂ to a target or oracle whose content cannot be fingerprinted.
+def check_reusable(description: dict, what: str, error: type[Exception], use: str, *, replay: bool = False) -> None:
+    """Refuse to match a Δ̂ to a target or oracle that nothing can vouch for.
 
-    Its description would be the same for another object of the same name that computes something
-    else, so a stored or earlier Δ̂ cannot be shown to belong to it. ``use`` says what was attempted.
+    A description without a content fingerprint ("not statically verifiable": the walk met an object
+    it cannot read) would be the same for another object of the same name that computes something
+    else. With ``replay`` the estimate's witness pairs are recomputed before the Δ̂ is used, which
+    decides; without it, the reuse is refused. ``use`` says what was attempted.
     """
     why = unfingerprintable(description)
-    if why is not None:
+    if why is not None and not replay:
         raise error(
-            f"the {what} {description.get('name')} cannot be fingerprinted by content ({why}), so {use} cannot "
-            f"be matched to it. Sample and release in one call (no estimate= or store=), or give the {what} an "
-            "identity() method returning {'name': ..., 'params': {...}} that names everything that changes "
-            "what it computes"
+            f"the {what} {description.get('name')} is not statically verifiable ({why}) and replay is off, so "
+            f"{use} cannot be matched to it. Leave replay on (its witness pairs are then recomputed), sample and "
+            f"release in one call, or give the {what} an identity() method returning "
+            "{'name': ..., 'params': {...}} that names everything that changes what it computes"
         )
 
 
@@ -214,6 +217,7 @@ def estimate_fingerprint(provenance: dict, sensitivity: float) -> str:
 def sample_fingerprint(provenance: dict) -> str:
     """SHA-256 of the provenance without the order-statistic choice: names the G sample."""
     prov = dict(provenance)
+    prov.pop("sizing", None)  # how m was chosen, not what was sampled
     plan = dict(prov.get("plan") or {})
     for key in ORDER_STATISTIC_FIELDS:
         plan.pop(key, None)

@@ -91,7 +91,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from urllib.parse import unquote, urlparse
 
-from .errors import BudgetError, InvalidArgument
+from .errors import BudgetError, InvalidArgumentError, InvalidTypeError
 from .identity import estimate_fingerprint, sample_fingerprint
 from .plan import format_up
 from .validation import check_delta, check_epsilon, check_gamma, check_nonnegative
@@ -116,32 +116,32 @@ def _local_path(path) -> str:
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str) or not path:
-        raise InvalidArgument(f"ledger must be a local file path or a file:// URI, got {path!r}")
+        raise InvalidArgumentError(f"ledger must be a local file path or a file:// URI, got {path!r}")
     if "://" in path:
         url = urlparse(path)
         if url.scheme != "file":
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 f"ledger must be a local file (path or file:// URI), got {path!r}: its lock needs a local "
                 "filesystem"
             )
         if url.netloc not in ("", "localhost"):
-            raise InvalidArgument(f"ledger URI {path!r} names host {url.netloc!r}; only local files are supported")
+            raise InvalidArgumentError(f"ledger URI {path!r} names host {url.netloc!r}; only local files are supported")
         path = unquote(url.path)
     return os.path.abspath(os.path.expanduser(path))
 
 
 def _check_total(value, what: str) -> float:
     if what.startswith("epsilon"):
-        return check_epsilon(value, what, error=InvalidArgument)
-    return check_delta(value, what, error=InvalidArgument)
+        return check_epsilon(value, what, error=InvalidArgumentError)
+    return check_delta(value, what, error=InvalidArgumentError)
 
 
 # What a ledger entry records, each checked as every other ε, δ, γ and Δ in raydp (raydp.validation).
 _AMOUNT_CHECKS = {
-    "epsilon": lambda v: check_epsilon(v, error=InvalidArgument),
-    "delta": lambda v: check_delta(v, error=InvalidArgument),
-    "gamma": lambda v: check_gamma(v, zero=True, error=InvalidArgument),
-    "sensitivity": lambda v: check_nonnegative(v, "sensitivity", error=InvalidArgument),
+    "epsilon": lambda v: check_epsilon(v, error=InvalidArgumentError),
+    "delta": lambda v: check_delta(v, error=InvalidArgumentError),
+    "gamma": lambda v: check_gamma(v, allow_zero=True, error=InvalidArgumentError),
+    "sensitivity": lambda v: check_nonnegative(v, "sensitivity", error=InvalidArgumentError),
 }
 
 
@@ -221,7 +221,7 @@ class Ledger:
         eps = None if epsilon_total is None else _check_total(epsilon_total, "epsilon_total")
         dlt = None if delta_total is None else _check_total(delta_total, "delta_total")
         if os.path.isdir(self.path):
-            raise InvalidArgument(f"ledger path {self.path!r} is a directory; give a file name")
+            raise InvalidArgumentError(f"ledger path {self.path!r} is a directory; give a file name")
         if not os.path.exists(self.path):
             raise BudgetError(f"no ledger at {self.path!r}; a ledger is never created implicitly (a missing one must "
                               "not come back with a full budget) — create it once with Ledger.create(path, "
@@ -243,7 +243,7 @@ class Ledger:
         eps = _check_total(epsilon_total, "epsilon_total")
         dlt = _check_total(delta_total, "delta_total")
         if os.path.isdir(real):
-            raise InvalidArgument(f"ledger path {real!r} is a directory; give a file name")
+            raise InvalidArgumentError(f"ledger path {real!r} is a directory; give a file name")
         parent = os.path.dirname(real)
         try:
             os.makedirs(parent, exist_ok=True)
@@ -372,13 +372,13 @@ class Ledger:
         gam = _check_amount(gamma, "gamma")
         sens = _check_amount(sensitivity, "sensitivity")
         if not isinstance(mechanism, str) or not mechanism:
-            raise InvalidArgument(f"mechanism must be a non-empty name, got {mechanism!r}")
+            raise InvalidArgumentError(f"mechanism must be a non-empty name, got {mechanism!r}")
         if label is not None and not isinstance(label, str):
-            raise InvalidArgument(f"label must be a string, got {type(label).__name__}")
+            raise InvalidArgumentError(f"label must be a string, got {type(label).__name__}")
         if calibration is not None and not isinstance(calibration, str):
-            raise InvalidArgument(f"calibration must be a name or None, got {calibration!r}")
+            raise InvalidArgumentError(f"calibration must be a name or None, got {calibration!r}")
         if estimate is not None and not isinstance(estimate, dict):
-            raise InvalidArgument(f"estimate must be a provenance dict, got {type(estimate).__name__}")
+            raise InvalidArgumentError(f"estimate must be a provenance dict, got {type(estimate).__name__}")
         with self._locked():
             doc = self._read()
             spent_eps, spent_dlt = _sums(doc["entries"])
@@ -536,5 +536,5 @@ def _validate(doc) -> None:
             _check_amount(e["delta"], "delta")
             _check_amount(e["gamma"], "gamma")
             _check_amount(e["sensitivity"], "sensitivity")
-        except InvalidArgument as exc:
+        except (InvalidArgumentError, InvalidTypeError) as exc:
             raise ValueError(f"entry {e['id']}: {exc}") from None

@@ -1,4 +1,4 @@
-"""Sampling oracles: public distributions P over records (METHOD.md §1).
+"""Sampling oracles: public distributions P over records, which never see the private data.
 
 An oracle is any object with ``sample(rng, size) -> np.ndarray`` of shape ``(size, *record_shape)``,
 float64, first axis = records. Every oracle here
@@ -382,6 +382,36 @@ def bootstrap(source: Any) -> Bootstrap:
 
 
 # ----------------------------------------------------------------------------- user oracles & checks
+
+
+def rebuild(description: dict) -> Any | None:
+    """The built-in oracle a description (``identity()``) names, made again; None for any other.
+
+    A bootstrap oracle is rebuilt from its file when the description names one and the file still
+    holds the same data. The result always has exactly the given description.
+    """
+    if not isinstance(description, dict) or not isinstance(description.get("params"), dict):
+        return None
+    name, params = description.get("name"), description["params"]
+    makers = {
+        "exponential": lambda: exponential(params["rate"]),
+        "normal": lambda: normal(params["mean"], params["sd"], params["dim"]),
+        "uniform": lambda: uniform(params["low"], params["high"], params["dim"]),
+        "gaussian_mixture": lambda: gaussian_mixture(params["weights"], params["means"], params["sds"]),
+        "svm_two_class": lambda: svm_two_class(params["dim"]),
+        "bootstrap": lambda: bootstrap(params["path"]) if params.get("path") else None,
+    }
+    if name not in makers:
+        return None
+    try:
+        oracle = makers[name]()
+    except Exception:  # a parameter of another shape, a file gone: not this oracle
+        return None
+    from .identity import describe
+
+    if oracle is None or describe(oracle) != description:
+        return None
+    return oracle
 
 
 def as_oracle(obj: Any) -> Any:

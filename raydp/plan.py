@@ -1,8 +1,8 @@
 """Sampling plans: how many pairs (m), which order statistic (k), what confidence (γ).
 
-Pure maths, no Ray. Formulas follow Rubinstein & Aldà (ICML 2017), Theorem 15 and Table 1, as
-restated in ``shared/docs/METHOD.md`` §4–5 (the seed text's formulas are garbled; these were
-checked against the paper's Table 1 and reproduce METHOD.md's reference values).
+Pure maths, no Ray. Formulas follow Rubinstein & Aldà, "Pain-Free Random Differential Privacy with
+Sensitivity Sampling" (ICML 2017), Theorem 15 and Table 1; the documentation's method page states them
+with the reference values the tests check (``plan(gamma=0.05)`` gives m = k = 1305).
 
 Theorem 15: for γ ∈ (0, 1) and ρ ∈ (0, min{γ, 1/2}), if
 
@@ -159,8 +159,9 @@ def _check_count(name: str, value) -> int:
         value = int(value)
     try:
         return check_int(value, name, min_value=1, max_value=MAX_M, error=PlanError)
-    except PlanError:
-        raise fail(PlanError, name, "a positive integer at most 2**53", given) from None
+    except PlanError as exc:  # the message shows what was given; a float is a wrong value here, not a wrong type
+        wrong_value = isinstance(given, numbers.Real) and not isinstance(given, bool)
+        raise fail(PlanError if wrong_value else type(exc), name, "a positive integer at most 2**53", given) from None
 
 
 def _m_for(gamma: float, rho: float) -> int:
@@ -282,6 +283,29 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
     if given == ("gamma", "k") or given == ("k",):
         raise PlanError("k needs m: give gamma | m | m and gamma | m and k")
     raise PlanError("give gamma, or m, or m and gamma, or m and k")
+
+
+# The sizes a budget may choose beyond the fewest pairs: round numbers, so that one target on similar
+# machines gets the same plan (and so the same Δ̂ for a seed) although the timing differs a little.
+SIZES = (2_000, 5_000, 10_000, 20_000, 50_000)
+#: Past this many pairs Δ̂ = G_(k) is within a few percent of the (1 − γ)-quantile of G it estimates
+#: (k/m − (1 − γ) falls like 1/√m): more pairs buy little and a budget never asks for more.
+MAX_SIZED_M = SIZES[-1]
+
+
+def plan_for(gamma: float, affordable: int) -> Plan:
+    """The plan for γ with as many pairs as ``affordable`` allows: the fewest pairs (:func:`plan` of γ,
+    ``k = m``) when no more fit, else the largest of :data:`SIZES` that fits and k from Theorem 15 for
+    that m (Table 1 row 3) — a lower order statistic of more pairs, so a smaller and steadier Δ̂ under
+    the same γ. ``affordable`` must come from what is known *before* any G is drawn (a probe's
+    timing): choosing m on the G values seen would void the guarantee.
+
+    >>> plan_for(0.05, 100).m, plan_for(0.05, 6000).m, plan_for(0.05, 6000).k
+    (1305, 5000, 4885)
+    """
+    base = plan(gamma=gamma)
+    fits = [size for size in SIZES if base.m < size <= affordable]
+    return plan(gamma=base.gamma, m=max(fits)) if fits else base
 
 
 def format_up(x: float, digits: int = 6) -> str:

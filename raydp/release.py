@@ -16,10 +16,11 @@ amortisation); each release still spends its own ε and δ.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .engine.witness import Replay, compare
 from .errors import EstimateMismatchError, InvalidArgumentError, MechanismError, RaydpError, TargetError
 from .estimate import SensitivityEstimate
 from .identity import check_reusable, describe, difference, measurement
@@ -27,10 +28,10 @@ from .plan import format_up
 from .mechanisms.base import check_mechanism
 from .options import SamplerOptions
 from .sampler import estimate_sensitivity
-from .engine.blocks import set_up_here
-from .silence import silenced
+from .seal import Sealed, warm
 from .tables import PrivateTable
 from .targets import as_target
+from .validation import check_gamma
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ class Release:
     """A private response and the privacy it was released under.
 
     ``mechanism`` is the mechanism's identity (``{"name": ..., "params": {...}}``), the same kind as
-    ``SensitivityEstimate.mechanism``; ``estimate`` the provenance of the Δ̂ that was used.
+    ``SensitivityEstimate.mechanism``; ``estimate`` the provenance of the Δ̂ that was used; ``replay``
+    how a reused Δ̂ was checked against the target (its witness pairs replayed, or not: ``replay=False``).
     """
 
     value: object
@@ -50,14 +52,24 @@ class Release:
     estimate: dict = field(default_factory=dict, repr=False)
     # With a ledger: {"path", "entry" (its id), "composed": the ledger's (Σε, Σδ, γ) after this release}.
     ledger: dict | None = field(default=None, repr=False)
+    replay: Replay | None = field(default=None, repr=False)
 
     def statement(self) -> str:
         """The guarantee in words. ε, δ and γ are printed rounded up, never understated."""
         notion = "ε-DP" if self.delta == 0 else "(ε, δ)-DP"
         eps, dlt, gam = format_up(self.epsilon), format_up(self.delta), format_up(self.gamma)
-        return (f"({eps}, {dlt}, {gam})-random differential privacy: with probability at least 1 − {gam} over "
+        text = (f"({eps}, {dlt}, {gam})-random differential privacy: with probability at least 1 − {gam} over "
                 f"a neighbouring pair drawn from the oracle and the sampler's draw of Δ̂, the release is {notion} "
                 f"on that pair; {_mechanism_words(self.mechanism)} with sensitivity {self.sensitivity:.6g}")
+        sizing = self.estimate.get("sizing") if isinstance(self.estimate, dict) else None
+        if sizing:
+            text += (f"; Δ̂ is the {sizing['k']}-th smallest of m = {sizing['m']} sampled G (the fewest pairs for this "
+                     f"γ would be {sizing['fewest_pairs']}, k = m): m was sized to a {sizing['budget_seconds']:g} s "
+                     f"budget on {sizing['slots']} slot{'s' if sizing['slots'] != 1 else ''} from the probe's "
+                     f"{sizing['pair_seconds']:.2g} s per pair, before any G was drawn")
+        if self.replay is not None and (self.replay.skipped is not None or self.replay.reused):
+            text += f"; {self.replay.words()}"
+        return text
 
 
 def _mechanism_words(mechanism: dict) -> str:
@@ -65,14 +77,21 @@ def _mechanism_words(mechanism: dict) -> str:
     return f"{mechanism['name']} mechanism" + (f" ({calibration} calibration)" if calibration else "")
 
 
-def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int, *, reused: bool = True) -> None:
-    """Refuse an estimate computed for another target, mechanism norm or database size.
+def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int, *, reused: bool = True,
+                        replay: bool = True, gamma: float | None = None) -> None:
+    """Refuse an estimate computed for another target, mechanism norm, database size or γ.
 
-    ``reused``: the estimate was made elsewhere (``estimate=``, a store), so the target must have a
-    content fingerprint that shows it is the one the estimate was computed for.
+    ``reused``: the estimate was made elsewhere (``estimate=``, a store), so the target must be shown
+    to be the one it was computed for: by its content fingerprint and (``replay``) by its witness
+    pairs, which :func:`respond` replays. ``gamma``: the γ the caller expects to release under.
     """
     if reused:
-        check_reusable(describe(target), "target", EstimateMismatchError, "a precomputed estimate")
+        check_reusable(describe(target), "target", EstimateMismatchError, "a precomputed estimate", replay=replay)
+    if gamma is not None and not math.isclose(check_gamma(gamma), estimate.gamma, rel_tol=1e-12):
+        raise EstimateMismatchError(
+            f"the estimate's plan gives gamma={format_up(estimate.gamma)}, not the gamma={gamma:g} asked for "
+            f"(m={estimate.plan.m}, k={estimate.plan.k}); re-derive it for that gamma from a stored sample "
+            "(load_estimate(store, gamma=...)) or sample it again")
     problems = []
     if estimate.n != n:
         problems.append(f"it was computed for n={estimate.n} records, the data has n={n}")
@@ -93,50 +112,70 @@ def check_estimate_fits(estimate: SensitivityEstimate, target, mechanism, n: int
         )
 
 
-def _private_release(data, target, mechanism, estimate: SensitivityEstimate):
-    """target(data), embedded and noised: the only code that touches the private data.
-
-    No message of the target or the mechanism is repeated (computed on the private data, it may quote
-    records or the exact answer), nor anything they print, warn, log or write to file descriptors 1
-    and 2 (:func:`raydp.silence.silenced`); a ``SystemExit`` or other
-    ``BaseException`` of the target is a failure like any other (a ``KeyboardInterrupt`` stays one,
-    without its arguments).
-    """
-    if isinstance(data, PrivateTable):  # read here, inside the charge: its values answer nothing for free
-        try:
-            data = data.load()
-        except RaydpError:
-            raise TargetError("the private data file could not be read as finite numbers") from None
-        if data.shape[0] != estimate.n:
-            raise EstimateMismatchError(f"the data has {data.shape[0]} records; the estimate was for n={estimate.n}")
-    try:
-        with silenced():
-            value = target(data)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt() from None
-    except BaseException as exc:  # noqa: BLE001 - SystemExit(data) must not reach the caller either
-        raise TargetError(f"the target raised {type(exc).__name__} on the private data; its message is "
-                          "withheld because it may quote the data") from None
-    try:
-        with silenced():
-            embedded = np.asarray(mechanism.embed(value))
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt() from None
-    except BaseException as exc:  # noqa: BLE001
-        raise MechanismError(f"the target's output on the private data does not fit the {mechanism.name} "
-                             f"mechanism ({type(exc).__name__}; message withheld: it may quote the output)") from None
-    if embedded.size != estimate.output_dim:
+def _replay(sealed: Sealed, estimate: SensitivityEstimate) -> Replay:
+    """The estimate's witness pairs recomputed in the sealed process, with the target it will release."""
+    w = estimate.witnesses
+    if w is None or not len(w):
         raise EstimateMismatchError(
-            f"target output on the data has {embedded.size} coordinates; the estimate was for {estimate.output_dim}"
-        )
-    try:
-        with silenced():
-            return mechanism.release(value, estimate.sensitivity)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt() from None
-    except BaseException as exc:  # noqa: BLE001
-        raise MechanismError(f"the {mechanism.name} mechanism raised {type(exc).__name__} on the private answer; "
-                             "its message is withheld because it may quote the answer") from None
+            "this estimate carries no witness pairs to replay (it was not made by estimate_sensitivity or "
+            "load_estimate of this raydp), so nothing shows it was computed for this target; sample it again, "
+            "or pass replay=False to trust it (the statement will say so)")
+    if w.records is None:
+        raise EstimateMismatchError(
+            "this estimate's witness pairs have no oracle records (its store was written before raydp kept them "
+            "and its oracle is not a built-in one): load it with load_estimate(store, oracle=...) (raydp release "
+            "--oracle ...) so they can be drawn, or pass replay=False (the statement will say so)")
+    result = compare(w, sealed.replay(w.records, w.pairs))
+    if result.mismatch is not None:
+        raise EstimateMismatchError(
+            f"this target computes something else than the one Δ̂ was sampled for: {result.mismatch}. Sample Δ̂ "
+            "again for this target (a module edited since it was imported? reload it; a target whose output is "
+            "random, e.g. random_state=None, must fix its seed)")
+    return result
+
+
+def respond(data, target, mechanism, estimate: SensitivityEstimate, *, reused: bool, replay: bool = True,
+            gamma: float | None = None, ledger=None, ledger_label: str | None = None) -> Release:
+    """Release ``mechanism`` on ``target(data)`` with ``estimate``'s Δ̂; ``data`` checked, ``ledger`` a Ledger.
+
+    The target runs on the private data in a sealed process (:mod:`raydp.seal`); the estimate's witness
+    pairs are replayed there first (``replay``), before any charge. ``reused``: the estimate was made
+    before this call (``estimate=``, a store, a preview), so the target must also be fingerprinted or
+    replayed, and the statement says how it was checked.
+    """
+    if ledger is not None:
+        from .ledger import Ledger
+
+        ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+    n = data.rows if isinstance(data, PrivateTable) and data.rows is not None else (
+        estimate.n if isinstance(data, PrivateTable) else int(np.shape(data)[0]))
+    check_estimate_fits(estimate, target, mechanism, n, reused=reused, replay=replay, gamma=gamma)
+    eps, delta = mechanism.privacy()
+    entry = None
+    with Sealed() as sealed:
+        sealed.load(target, mechanism, estimate.n, estimate.output_dim)  # setup() there: it sees no data
+        # Replayed also for a Δ̂ sampled a moment ago: the sealed process imports the target's modules
+        # afresh, and a module edited on disk since the caller imported it would compute something else
+        # there than the pairs did. Nothing is charged and no private record is sent before this.
+        checked = replace(_replay(sealed, estimate), reused=reused) if replay else Replay(skipped="replay=False")
+        if ledger is None:
+            released = sealed.release(data, estimate.sensitivity)
+        else:
+            # Charged before the target sees the private data: whatever happens next (the target raises or
+            # returns another size *depending on the data*) was an evaluation on the data and stays counted,
+            # and its failure says only that it failed — one answer whatever the reason.
+            with ledger.charge(eps, delta, estimate.gamma, mechanism=mechanism.name, sensitivity=estimate.sensitivity,
+                               estimate=estimate.provenance(), label=ledger_label,
+                               calibration=describe(mechanism).get("params", {}).get("calibration")) as charge:
+                try:
+                    released = sealed.release(data, estimate.sensitivity)
+                except RaydpError:
+                    raise TargetError(f"the release failed on the private data; why is withheld because it depends "
+                                      f"on the data (ledger entry {charge.id} stays counted as spent)") from None
+            entry = {"path": ledger.path, "entry": charge.id, "composed": charge.guarantee.to_dict()}
+    return Release(value=released, epsilon=float(eps), delta=float(delta), gamma=estimate.gamma,
+                   sensitivity=estimate.sensitivity, mechanism=describe(mechanism), estimate=estimate.provenance(),
+                   ledger=entry, replay=checked)
 
 
 def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimate | None = None,
@@ -145,9 +184,19 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     """Release ``mechanism`` applied to ``target(data)`` with a sampled (or given) Δ̂.
 
     Give ``estimate`` to reuse a precomputed Δ̂ (it must match the target, the mechanism's norm and
-    ``len(data)``), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now, run as
+    ``len(data)``; ``gamma``, if given, is the γ you expect and an estimate whose plan gives another is
+    refused), or ``oracle`` plus a plan (``gamma`` | ``m`` | ...) to sample one now, run as
     ``options`` (a :class:`~raydp.options.SamplerOptions`, or its fields as keywords: ``seed=``,
     ``backend=``, ``store=``, ...).
+
+    A reused Δ̂ is checked by behaviour before anything is charged: its witness pairs (a few pairs of
+    oracle records kept with the estimate, the one that set Δ̂ among them) are evaluated again with
+    ``target`` as it is now, and the release is refused when a G differs
+    (:mod:`raydp.engine.witness`). ``replay=False`` skips that, and the statement says so.
+
+    The target sees the private data only in a sealed process of its own (:mod:`raydp.seal`): no
+    pool, thread, handler or descriptor of the caller's, output to ``/dev/null``, only the released
+    value back, and a failure as its exception type alone.
 
     ``data`` is an array (records along the first axis) or a :class:`raydp.tables.PrivateTable` (a
     Parquet or CSV file of which only the schema has been read): with a ledger its values are read
@@ -160,6 +209,7 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     does not say why (the reason could depend on the data). ``ledger_label`` is stored with the
     entry (never put private data in it).
     """
+    warm()  # the sealed process's template starts while Δ̂ is sampled or checked
     if ledger is not None:
         from .ledger import Ledger
 
@@ -189,38 +239,18 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
     check_mechanism(mechanism)
     if estimate is not None and not isinstance(estimate, SensitivityEstimate):
         raise InvalidArgumentError("estimate must be a SensitivityEstimate (from estimate_sensitivity or load_estimate), "
-                              f"got {type(estimate).__name__}")
+                                   f"got {type(estimate).__name__}")
     if estimate is None:
         if oracle is None:
             raise InvalidArgumentError("give either estimate= (a precomputed Δ̂) or oracle= and a plan to sample one")
         options = SamplerOptions.of(options, **keywords)
         estimate = estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=gamma, m=m, k=k,
                                         options=options)
-        fresh = options.store is None  # with a store, the Δ̂ may be a stored one
-    elif any(v is not None for v in (oracle, gamma, m, k, options)) or keywords:
-        raise InvalidArgumentError("estimate= was given: do not also give oracle, gamma, m, k, options or sampler "
-                                   f"options{' (' + ', '.join(sorted(keywords)) + ')' if keywords else ''}")
-    else:
-        fresh = False
-    check_estimate_fits(estimate, target, mechanism, n, reused=not fresh)
-    _, target = set_up_here(target)  # setup() sees no data: before any charge; the copy set up is evaluated
-    eps, delta = mechanism.privacy()
-    entry = None
-    if ledger is None:
-        released = _private_release(data, target, mechanism, estimate)
-    else:
-        # Charged before the target sees the private data: whatever happens next (the target raises or
-        # returns another size *depending on the data*) was an evaluation on the data and stays counted,
-        # and its failure says only that it failed — one answer whatever the reason.
-        with ledger.charge(eps, delta, estimate.gamma, mechanism=mechanism.name, sensitivity=estimate.sensitivity,
-                           estimate=estimate.provenance(), label=ledger_label,
-                           calibration=describe(mechanism).get("params", {}).get("calibration")) as charge:
-            try:
-                released = _private_release(data, target, mechanism, estimate)
-            except RaydpError:
-                raise TargetError(f"the release failed on the private data; why is withheld because it depends on "
-                                  f"the data (ledger entry {charge.id} stays counted as spent)") from None
-        entry = {"path": ledger.path, "entry": charge.id, "composed": charge.guarantee.to_dict()}
-    return Release(value=released, epsilon=float(eps), delta=float(delta), gamma=estimate.gamma,
-                   sensitivity=estimate.sensitivity, mechanism=describe(mechanism), estimate=estimate.provenance(),
-                   ledger=entry)
+        return respond(data, target, mechanism, estimate, reused=False, ledger=ledger, ledger_label=ledger_label)
+    extra = sorted(set(keywords) - {"replay"})
+    if any(v is not None for v in (oracle, m, k)) or extra:
+        raise InvalidArgumentError("estimate= was given: do not also give oracle, m, k or sampler options other than "
+                                   f"replay{' (' + ', '.join(extra) + ')' if extra else ''}")
+    options = SamplerOptions.of(options, **keywords)
+    return respond(data, target, mechanism, estimate, reused=True, replay=options.replay, gamma=gamma, ledger=ledger,
+                   ledger_label=ledger_label)

@@ -20,6 +20,7 @@ store alone. Nothing below this module calls back into it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from .engine.blocks import BlockLayout, PairJob, default_block_size, probe_outpu
 from .engine.progress import Progress
 from .engine.protocol import Backend
 from .engine.reduce import Reducer
+from .engine.witness import Replay, Witnesses, compare, pick, records_of, seeded_pairs, trimmed
 from .errors import InvalidArgumentError, PlanError, StoreError
 from .estimate import SensitivityEstimate
 from .identity import RunIdentity, check_reusable, describe
@@ -52,10 +54,10 @@ def _default_mechanism():
     return Laplace(1.0)
 
 
-def resolve_seed(seed) -> int:
-    if seed is None:
-        return int(np.random.SeedSequence().entropy)
-    return check_int(seed, "seed", min_value=0, expected="a non-negative integer or None")
+def resolve_seed(seed: int | None) -> int:
+    """``seed``, or a fresh one from the OS for None. A given seed was checked where it came from
+    (:class:`SamplerOptions`, or the store a resumed run's seed is read from)."""
+    return int(np.random.SeedSequence().entropy) if seed is None else seed
 
 
 def estimate_sensitivity(target, oracle, n: int, *, mechanism=None, gamma=None, m=None, k=None,
@@ -71,8 +73,9 @@ def estimate_sensitivity(target, oracle, n: int, *, mechanism=None, gamma=None, 
     :meth:`SamplerOptions.of <raydp.options.SamplerOptions.of>`. The result is the same bit for bit
     whatever backend runs it.
     """
+    options = SamplerOptions.of(options, **keywords)
     run = resolve_run(target, oracle, n, mechanism=mechanism, plan=make_plan(gamma=gamma, m=m, k=k),
-                      options=SamplerOptions.of(options, **keywords))
+                      options=options, sizable=gamma is not None and m is None and k is None)
     return execute(run)
 
 
@@ -87,6 +90,7 @@ class Run:
     backend: Backend
     store: Store | None
     options: SamplerOptions
+    sizing: dict | None = None  # how a time budget chose m (None: the plan as asked)
 
     @property
     def compact(self) -> int | None:
@@ -95,8 +99,13 @@ class Run:
         return None if (self.options.keep_sample or self.store is not None) else self.plan.keep
 
 
-def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: SamplerOptions) -> Run:
-    """Check the question and the options, probe the target once, fix the run identity; run nothing."""
+def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: SamplerOptions,
+                sizable: bool = False) -> Run:
+    """Check the question and the options, probe the target once, fix the run identity; run nothing.
+
+    ``sizable``: the plan was asked for by γ alone, so ``options.time_budget`` may raise its m
+    (:func:`raydp.plan.plan_for`), from the probe's timing — before any G is drawn.
+    """
     from .oracles import as_oracle
     from .targets import as_target
 
@@ -106,39 +115,82 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
     mechanism = check_mechanism(_default_mechanism() if mechanism is None else mechanism)
     store = None if options.store is None else Store.open(options.store)
     seed, block_size = options.seed, options.block_size
+    stored_plan = None
     if store is not None:  # a store is for resuming and reusing: its run must name what it computed
-        check_reusable(describe(target), "target", StoreError, "a stored run")
-        check_reusable(describe(oracle), "oracle", StoreError, "a stored run")
+        check_reusable(describe(target), "target", StoreError, "a stored run", replay=options.replay)
+        check_reusable(describe(oracle), "oracle", StoreError, "a stored run", replay=options.replay)
         if options.resume and (seed is None or block_size is None):
             stored_seed, stored_bs = store.stored()  # resuming/extending keeps the stored run's seed and blocks
-            seed = stored_seed if seed is None else seed
-            block_size = stored_bs if block_size is None else block_size
-    if block_size is None:
-        block_size = default_block_size(n, plan.m, batched=callable(getattr(target, "batch", None)))
+            stored = SamplerOptions(seed=stored_seed, block_size=stored_bs)  # checked as given ones are
+            seed = stored.seed if seed is None else seed
+            block_size = stored.block_size if block_size is None else block_size
+        if options.resume and sizable and options.time_budget is not None:
+            stored_plan = store.stored_plan()  # a sized run is resumed at the size it was given
     seed = resolve_seed(seed)
-    if block_size * (n + 1) > 2**63 - 1:  # records drawn per block: numpy's largest array
+    batched = callable(getattr(target, "batch", None))
+    # Records drawn per block must fit numpy's largest array; checked before the probe draws anything (a
+    # time budget only makes m larger, which never makes the default block larger than 1 here).
+    if (block_size or default_block_size(n, plan.m, batched=batched)) * (n + 1) > 2**63 - 1:
         raise InvalidArgumentError(f"block_size * (n + 1) must be at most 2**63 - 1, got n={n}, "
-                                   f"block_size={block_size}")
+                                   f"block_size={block_size or default_block_size(n, plan.m, batched=batched)}")
     key, probe = set_up_here(target)  # a target's setup() runs before the probe, once in this process
     t0 = time.perf_counter()
     out_dim = probe_output_dim(probe, oracle, mechanism, n, seed, timeout=options.pair_timeout)
     probe_seconds = time.perf_counter() - t0
+    sizing = None
+    if sizable and options.time_budget is not None:
+        plan, sizing = _sized(plan, stored_plan, probe_seconds, options)
+    if block_size is None:
+        block_size = default_block_size(n, plan.m, batched=batched)
     identity = RunIdentity(n=n, seed=seed, block_size=block_size, mechanism=describe(mechanism),
                            norm=str(mechanism.norm), target=describe(target), oracle=describe(oracle),
                            output_dim=out_dim)
     job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=plan.m, seed=seed,
                   block_size=block_size, out_dim=out_dim, strict=options.strict, pair_timeout=options.pair_timeout,
-                  setup_key=key, probe_seconds=probe_seconds)
+                  setup_key=key, probe_seconds=probe_seconds, witness_pairs=seeded_pairs(seed, plan.m))
     check_fits(plan, job.layout, keep_sample=options.keep_sample)
-    return Run(job=job, plan=plan, identity=identity, backend=options.backend, store=store, options=options)
+    return Run(job=job, plan=plan, identity=identity, backend=options.backend, store=store, options=options,
+               sizing=sizing)
+
+
+def _budget_slots(backend: Backend, budget: float) -> tuple[int, float]:
+    """``(slots, seconds)`` a time budget buys pairs with: a cluster's slots when one is at hand (Ray is
+    used then); for ``auto`` without one, this machine's cores on an embedded Ray when what is left of the
+    budget after starting it buys more, else one core in process."""
+    from .engine import AutoBackend, RayBackend
+    from .engine.backends import RAY_START_SECONDS
+
+    if isinstance(backend, RayBackend):
+        return backend.slots(), budget
+    if isinstance(backend, AutoBackend):
+        if backend.cluster_reason() is not None:
+            return backend.ray.slots(), budget
+        cores = backend.ray.num_cpus or os.cpu_count() or 1
+        if (budget - RAY_START_SECONDS) * cores > budget:
+            return cores, budget - RAY_START_SECONDS
+    return 1, budget
+
+
+def _sized(plan: Plan, stored: Plan | None, probe_seconds: float, options: SamplerOptions) -> tuple[Plan, dict]:
+    """The plan a time budget affords: pairs = seconds · slots / (two evaluations' time, from the probe)."""
+    from .plan import plan_for
+
+    slots, seconds = _budget_slots(options.backend, options.time_budget)
+    pair_seconds = max(2.0 * probe_seconds, 1e-6)
+    affordable = int(seconds * slots / pair_seconds)
+    sized = stored if stored is not None and math.isclose(stored.gamma, plan.gamma) else plan_for(plan.gamma, affordable)
+    return sized, {"budget_seconds": options.time_budget, "slots": slots, "pair_seconds": pair_seconds,
+                   "fewest_pairs": plan.m, "m": sized.m, "k": sized.k,
+                   **({"resumed": True} if sized is stored else {})}
 
 
 def execute(run: Run) -> SensitivityEstimate:
     """Carry out a resolved run: stored blocks from the store, the rest on the backend, all through one reducer."""
     t0 = time.perf_counter()
     job, plan, store = run.job, run.plan, run.store
-    reducer = Reducer(job.layout, plan.keep, keep_sample=run.options.keep_sample)
+    reducer = Reducer(job.layout, plan.keep, keep_sample=run.options.keep_sample, witness_pairs=job.witness_pairs)
     sink = None
+    replayed = None
     if store is not None:
         store.begin(run.identity, plan, resume=run.options.resume)
         stored = 0
@@ -148,6 +200,7 @@ def execute(run: Run) -> SensitivityEstimate:
         sink = store.writer()
         if stored:
             log.info("resuming %s: %d blocks stored, %d to run", store.display, stored, len(reducer.missing()))
+            replayed = _replay_stored(run, reducer)
     todo = reducer.missing()
     bar = Progress(total=job.layout.pairs_in(todo), enabled=run.options.progress,
                    status=lambda: (reducer.failures, reducer.bound()))
@@ -171,11 +224,48 @@ def execute(run: Run) -> SensitivityEstimate:
     bar.close()
     reducer.finish()
     sensitivity = reducer.order_statistic()
+    witnesses = _witnesses(reducer)
+    if len(witnesses):
+        witnesses = trimmed(witnesses, records_of(job, witnesses.pairs))
     if store is not None:
         store.finish(run.identity, plan, {"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf",
                                           "failures": reducer.failures, "failure_kinds": reducer.failure_kinds,
-                                          "plan": plan.to_dict()})
-    return _estimate(run.identity, plan, reducer, sensitivity, seconds=time.perf_counter() - t0, backend=chosen)
+                                          "plan": plan.to_dict()}, witnesses=witnesses)
+    return _estimate(run.identity, plan, reducer, sensitivity, seconds=time.perf_counter() - t0, backend=chosen,
+                     witnesses=witnesses, replay=replayed, sizing=run.sizing)
+
+
+def _witnesses(reducer: Reducer) -> Witnesses:
+    """The finished run's witnesses: the pair of G_(k), the pair of the largest G, the seeded pairs."""
+    delta = (reducer.top.order_statistic_pair(), reducer.order_statistic())
+    return pick(delta, reducer.top.largest_pair(), reducer.witnessed)
+
+
+def _replay_stored(run: Run, reducer: Reducer) -> Replay:
+    """Before a store's blocks are reused: recompute some of their pairs with this target.
+
+    The run identity matched (same target name and content fingerprint), but a fingerprint misses
+    what it cannot see (an edited helper module, an upgraded library, state outside the walk). The
+    largest stored G and the seeded pairs among the stored blocks are evaluated again on their
+    oracle records; a G that differs means the stored sample was made by a target that computes
+    something else now, and mixing the two would give a wrong Δ̂.
+    """
+    if not run.options.replay:
+        return Replay(skipped="replay=False")
+    stored = pick((None, math.nan), reducer.top.largest_pair(), reducer.witnessed)
+    if not len(stored):
+        return Replay()
+    job = run.job.prepared()
+    records = records_of(job, stored.pairs)
+    stored = trimmed(stored, records)
+    now = [float(job.evaluate(records[i][None], p)[0][0]) for i, p in enumerate(stored.pairs)]
+    result = compare(stored, np.asarray(now))
+    if result.mismatch is not None:
+        raise StoreError(
+            f"store {run.store.display!r} was sampled with a target that computes something else now "
+            f"({result.mismatch}): its stored G values do not describe this target. Use a new store URI "
+            "(or, if you changed the target on purpose, that is what a new store is for)")
+    return result
 
 
 def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
@@ -200,26 +290,60 @@ def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
 
 
 def _estimate(identity: RunIdentity, p: Plan, reducer: Reducer, sensitivity: float, *,
-              seconds: float, backend: str | None = None) -> SensitivityEstimate:
+              seconds: float, backend: str | None = None, witnesses: Witnesses | None = None,
+              replay: Replay | None = None, sizing: dict | None = None) -> SensitivityEstimate:
     """The one place an estimate is made from a finished reduction."""
     return SensitivityEstimate(sensitivity=sensitivity, plan=p, identity=identity, failures=reducer.failures,
                                failure_kinds=reducer.failure_kinds, top=reducer.top.sorted_desc(),
-                               sample=reducer.sample, seconds=seconds, backend=backend)
+                               sample=reducer.sample, seconds=seconds, backend=backend, witnesses=witnesses,
+                               replay=replay, sizing=sizing)
 
 
-def load_estimate(store, *, gamma: float | None = None) -> SensitivityEstimate:
+def load_estimate(store, *, gamma: float | None = None, oracle=None) -> SensitivityEstimate:
     """The estimate held in a store (with its full G sample); ``gamma`` re-derives Δ̂ for another γ (mode k).
 
     ``store`` is a path, a URI or a :class:`~raydp.store.Store`. The store must hold a complete run.
+    Its witness pairs (replayed whenever the estimate is reused) come with their oracle records from
+    the store. A store written before raydp kept them has none: its witnesses are read off its shards
+    and their records drawn by ``oracle`` (which must be the oracle the store names; a built-in oracle
+    is rebuilt from its description without it).
     """
     st = Store.open(store)
     identity, p = st.load()
-    reducer = Reducer(BlockLayout(p.m, identity.block_size), p.keep, keep_sample=True)
+    witness_pairs = seeded_pairs(identity.seed, p.m)
+    reducer = Reducer(BlockLayout(p.m, identity.block_size), p.keep, keep_sample=True, witness_pairs=witness_pairs)
     for result in st.blocks(reducer.layout, quarantine=False):
         reducer.add(result)
     if reducer.missing():
         raise StoreError(f"store {st.display!r} is incomplete: {reducer.done} of {reducer.layout.count} blocks "
                          "verified; finish it with resume=True (raydp estimate ... --store URI --resume)")
     reducer.finish()
-    est = _estimate(identity, p, reducer, reducer.order_statistic(), seconds=0.0)
+    witnesses = st.witnesses(identity, reducer.sample)
+    if witnesses is None:  # written before witnesses were kept: read them off the sample
+        witnesses = _witnesses(reducer)
+        witnesses = _draw_witness_records(witnesses, identity, p, oracle, st)
+    est = _estimate(identity, p, reducer, reducer.order_statistic(), seconds=0.0, witnesses=witnesses)
     return est.for_gamma(gamma) if gamma is not None else est
+
+
+def _draw_witness_records(witnesses: Witnesses, identity: RunIdentity, p: Plan, oracle, st: Store) -> Witnesses:
+    """Records for witnesses read off an old store's shards, drawn by its oracle (given, or a built-in
+    rebuilt from the stored description); without either, the witnesses stay without records and a
+    reuse asks for the oracle."""
+    from .oracles import as_oracle, rebuild
+
+    if oracle is None:
+        oracle = rebuild(identity.oracle)
+        if oracle is None:
+            return witnesses
+    else:
+        oracle = as_oracle(oracle)
+        if describe(oracle) != identity.oracle:
+            from .identity import difference
+
+            raise StoreError(f"store {st.display!r} was sampled from oracle "
+                             f"{difference(identity.oracle, describe(oracle))}; its witness pairs cannot be drawn "
+                             "from another oracle")
+    job = PairJob(target=None, oracle=oracle, mechanism=None, n=identity.n, m=p.m, seed=identity.seed,
+                  block_size=identity.block_size, out_dim=identity.output_dim)
+    return trimmed(witnesses, records_of(job, witnesses.pairs))

@@ -11,6 +11,8 @@ Layout under a store URI (a local path or any pyarrow filesystem URI such as
                                SHA-256 over all of it and the data
     quarantine/                shards that failed verification (kept for inspection, never read)
     result.json                summary written when the run completes
+    witnesses.npz              the run's witness pairs (pair index, G, oracle records), written when
+                               it completes and replayed whenever its Δ̂ is reused
 
 A :class:`Store` is a sink and a source of block results and never runs anything itself: the
 sampler (:mod:`raydp.sampler`) reads the blocks it holds, runs the missing ones and writes them back.
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -57,6 +60,7 @@ import pyarrow.parquet as pq
 
 from ._version import __version__
 from .engine.blocks import BlockLayout, BlockResult
+from .engine.witness import Witnesses
 from .errors import StoreError
 from .identity import RunIdentity, difference, run_fingerprint
 from .plan import Plan
@@ -65,6 +69,7 @@ from .validation import check_int, check_real
 log = logging.getLogger("raydp.store")
 
 FORMAT = 2
+WITNESSES = "witnesses.npz"  # the run's witness pairs: index, G, role and oracle records (numpy .npz, no pickle)
 # Identity fields that must match for a resume or an extension; the plan may grow (larger m).
 IDENTITY_FIELDS = ("n", "seed", "block_size", "measure", "norm", "target", "oracle", "output_dim")
 # Temporary files older than this are left-overs of a crashed writer and are removed on open.
@@ -277,6 +282,16 @@ class Store:
             raise StoreError(f"store {self.display!r} has a meta.json without a seed or block size; it was not "
                              "written by raydp") from exc
 
+    def stored_plan(self) -> Plan | None:
+        """The plan of the run held here (None when there is none yet)."""
+        meta = self._meta()
+        if meta is None:
+            return None
+        try:
+            return Plan.from_dict(meta["plan"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"store {self.display!r} has a malformed meta.json (no plan)") from exc
+
     def stored_block_size(self) -> int | None:
         return self.stored()[1]
 
@@ -397,10 +412,46 @@ class Store:
         self._run = run_fingerprint(identity)
         return identity, plan
 
-    def finish(self, identity: RunIdentity, plan: Plan, summary: dict) -> None:
-        """Mark the run complete: ``meta.json`` takes this run's plan, then ``result.json`` is written."""
+    def finish(self, identity: RunIdentity, plan: Plan, summary: dict, witnesses: Witnesses | None = None) -> None:
+        """Mark the run complete: its witness pairs are written, ``meta.json`` takes this run's plan, then
+        ``result.json`` is written."""
+        if witnesses is not None and len(witnesses):
+            buf = io.BytesIO()
+            np.savez(buf, **witnesses.to_arrays())
+            tmp = self._write_tmp(WITNESSES, buf.getvalue())
+            with self._io(f"write {WITNESSES}"):
+                try:
+                    self.fs.move(tmp, self._path(WITNESSES))
+                except BaseException:
+                    self._remove_quietly(tmp)
+                    raise
         self.write_json("meta.json", self._meta_doc(identity, plan))
         self.write_json("result.json", dict(summary, completed=time.time()))
+
+    def witnesses(self, identity: RunIdentity, sample: np.ndarray) -> Witnesses | None:
+        """The witness pairs stored with the run, checked against its G sample; None when the store was
+        written before witnesses were kept (or by a run that had none)."""
+        if not self.exists(WITNESSES):
+            return None
+        try:
+            with self.fs.open_input_file(self._path(WITNESSES)) as f:
+                with np.load(io.BytesIO(f.read()), allow_pickle=False) as arrays:
+                    w = Witnesses.from_arrays({k: arrays[k] for k in arrays.files})
+        except Exception as exc:
+            raise StoreError(f"store {self.display!r}: {WITNESSES} cannot be read ({type(exc).__name__}); "
+                             "the store is not used") from None
+        pairs = np.asarray(w.pairs, dtype=np.int64)
+        bad = None
+        if pairs.size == 0 or pairs.min() < 0 or pairs.max() >= sample.size:
+            bad = "its pairs are not pairs of the run"
+        elif not np.array_equal(np.asarray(w.g), sample[pairs]):
+            bad = "its G values differ from the shards'"
+        elif w.records is None or w.records.shape[0] != len(w) or w.records.shape[1:2] != (identity.n + 1,):
+            bad = "its records are not (n + 1) records per pair"
+        if bad is not None:
+            raise StoreError(f"store {self.display!r}: {WITNESSES} does not match the stored run ({bad}); "
+                             "the store was edited and is not used")
+        return w
 
     def _clean_stale_tmp(self) -> None:
         """Remove temporary files a crashed writer left behind (older than STALE_TMP_SECONDS)."""

@@ -8,12 +8,21 @@ caller names (each raydp module raises its own :mod:`raydp.errors` type). The me
 
 where ``expected`` is derived from the bounds unless the caller words it (e.g. "a positive integer").
 
+As in ``check_scalar``, a value of the wrong *type* raises a ``TypeError`` and one of the right type
+outside the allowed values a ``ValueError``: ``error`` is what a wrong value raises, and a wrong type
+raises its type counterpart (:func:`raydp.errors.type_error_for`: :class:`~raydp.errors.InvalidTypeError`
+for the default, :class:`~raydp.errors.PlanTypeError` for ``PlanError``, ...), with the same message.
+
 >>> check_int(3, "n", min_value=1)
 3
+>>> check_int(0, "n", min_value=1)
+Traceback (most recent call last):
+...
+raydp.errors.InvalidArgumentError: n must be an integer >= 1, got 0
 >>> check_int(True, "n", min_value=1)
 Traceback (most recent call last):
 ...
-raydp.errors.InvalidArgumentError: n must be an integer >= 1, got True
+raydp.errors.InvalidTypeError: n must be an integer >= 1, got True
 >>> check_real(0.5, "gamma", min_value=0, max_value=1, include_min=False, include_max=False)
 0.5
 """
@@ -25,15 +34,16 @@ import numbers
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, type_error_for
 
 __all__ = ["check_int", "check_real", "check_bool", "fail", "check_epsilon", "check_delta", "check_epsilon_delta",
            "check_gamma", "check_nonnegative"]
 
 
-def fail(error: type[Exception], name: str, expected: str, value) -> Exception:
-    """The error ``error("<name> must be <expected>, got <value!r>")``, to raise."""
-    return error(f"{name} must be {expected}, got {value!r}")
+def fail(error: type[Exception], name: str, expected: str, value, *, wrong_type: bool = False) -> Exception:
+    """The error ``error("<name> must be <expected>, got <value!r>")``, to raise; with ``wrong_type`` the
+    same message in ``error``'s type counterpart, a ``TypeError`` (:func:`~raydp.errors.type_error_for`)."""
+    return (type_error_for(error) if wrong_type else error)(f"{name} must be {expected}, got {value!r}")
 
 
 def _is_bool(value) -> bool:
@@ -42,7 +52,10 @@ def _is_bool(value) -> bool:
 
 def check_int(value, name: str, *, min_value: int | None = None, max_value: int | None = None,
               error: type[Exception] = InvalidArgumentError, expected: str | None = None) -> int:
-    """``value`` as an ``int`` if it is an integer (not a bool) in ``[min_value, max_value]``."""
+    """``value`` as an ``int`` if it is an integer (not a bool) in ``[min_value, max_value]``.
+
+    Anything that is not an integer — a bool, a float even if whole, a string, None — is a wrong type.
+    """
     if expected is None:
         if min_value is not None and max_value is not None:
             expected = f"an integer in [{min_value}, {max_value}]"
@@ -53,7 +66,7 @@ def check_int(value, name: str, *, min_value: int | None = None, max_value: int 
         else:
             expected = "an integer"
     if _is_bool(value) or not isinstance(value, numbers.Integral):
-        raise fail(error, name, expected, value)
+        raise fail(error, name, expected, value, wrong_type=True)
     v = int(value)
     if (min_value is not None and v < min_value) or (max_value is not None and v > max_value):
         raise fail(error, name, expected, value)
@@ -66,6 +79,8 @@ def check_real(value, name: str, *, min_value: float | None = None, max_value: f
     """``value`` as a ``float`` if it is a real number (not a bool, not NaN) within the bounds.
 
     ``finite=True`` also refuses ±inf. ``include_min``/``include_max`` choose closed or open bounds.
+    Anything that is not a real number (a bool, a string, a complex, a ``Decimal``, None) is a wrong
+    type; NaN, ±inf and numbers out of bounds are wrong values.
     """
     if expected is None:
         parts = []
@@ -75,7 +90,7 @@ def check_real(value, name: str, *, min_value: float | None = None, max_value: f
             parts.append(f"{'<=' if include_max else '<'} {max_value:g}")
         expected = ("a finite real number" if finite else "a real number") + (" " + " and ".join(parts) if parts else "")
     if _is_bool(value) or not isinstance(value, numbers.Real):
-        raise fail(error, name, expected, value)
+        raise fail(error, name, expected, value, wrong_type=True)
     try:
         v = float(value)
     except OverflowError:  # an integer beyond any float (10**400)
@@ -90,14 +105,16 @@ def check_real(value, name: str, *, min_value: float | None = None, max_value: f
 
 
 def check_bool(value, name: str, *, error: type[Exception] = InvalidArgumentError) -> bool:
-    """``value`` as a ``bool`` if it is ``True`` or ``False`` (numpy's bools too), nothing else."""
+    """``value`` as a ``bool`` if it is ``True`` or ``False`` (numpy's bools too); anything else is a
+    wrong type (``1``, ``"yes"`` and None too)."""
     if not _is_bool(value):
-        raise error(f"{name} must be True or False, got {value!r}")
+        raise fail(error, name, "True or False", value, wrong_type=True)
     return bool(value)
 
 
 # ---------------------------------------------------------------------------------------------------
 # Privacy parameters: every ε, δ and γ in raydp is checked here, with the caller's error type.
+# ``allow_zero`` is the one name for "the closed interval at 0" (δ = 0 for pure DP, γ = 0 in a ledger).
 
 
 def check_epsilon(value, name: str = "epsilon", *, error: type[Exception] = InvalidArgumentError) -> float:
@@ -109,33 +126,34 @@ def check_epsilon(value, name: str = "epsilon", *, error: type[Exception] = Inva
     return check_real(value, name, min_value=0, include_min=False, error=error, expected="a finite real number > 0")
 
 
-def check_delta(value, name: str = "delta", *, zero: bool = True,
+def check_delta(value, name: str = "delta", *, allow_zero: bool = True,
                 error: type[Exception] = InvalidArgumentError) -> float:
-    """δ: a real number in [0, 1) (``zero=False``: in (0, 1), for mechanisms that need δ > 0).
+    """δ: a real number in [0, 1) (``allow_zero=False``: in (0, 1), for mechanisms that need δ > 0).
 
-    >>> check_delta(0.0), check_delta(1e-6, zero=False)
+    >>> check_delta(0.0), check_delta(1e-6, allow_zero=False)
     (0.0, 1e-06)
     """
-    return check_real(value, name, min_value=0, max_value=1, include_min=zero, include_max=False, error=error,
-                      expected=f"a real number in {'[' if zero else '('}0, 1)")
+    return check_real(value, name, min_value=0, max_value=1, include_min=allow_zero, include_max=False,
+                      error=error, expected=f"a real number in {'[' if allow_zero else '('}0, 1)")
 
 
-def check_epsilon_delta(epsilon, delta, *, zero_delta: bool = True,
+def check_epsilon_delta(epsilon, delta, *, allow_zero: bool = True,
                         error: type[Exception] = InvalidArgumentError) -> tuple[float, float]:
-    """(ε, δ) of one release or one budget: :func:`check_epsilon` and :func:`check_delta` together."""
-    return check_epsilon(epsilon, error=error), check_delta(delta, zero=zero_delta, error=error)
+    """(ε, δ) of one release or one budget: :func:`check_epsilon` and :func:`check_delta` together
+    (``allow_zero`` is δ's)."""
+    return check_epsilon(epsilon, error=error), check_delta(delta, allow_zero=allow_zero, error=error)
 
 
-def check_gamma(value, name: str = "gamma", *, zero: bool = False,
+def check_gamma(value, name: str = "gamma", *, allow_zero: bool = False,
                 error: type[Exception] = InvalidArgumentError) -> float:
-    """γ of random DP: a real number in the open interval (0, 1) (``zero=True``: [0, 1), as a ledger
-    records a release that holds for every pair).
+    """γ of random DP: a real number in the open interval (0, 1) (``allow_zero=True``: [0, 1), as a
+    ledger records a release that holds for every pair).
 
     >>> check_gamma(0.05)
     0.05
     """
-    return check_real(value, name, min_value=0, max_value=1, include_min=zero, include_max=False, error=error,
-                      expected=f"a real number in {'[' if zero else '('}0, 1)")
+    return check_real(value, name, min_value=0, max_value=1, include_min=allow_zero, include_max=False,
+                      error=error, expected=f"a real number in {'[' if allow_zero else '('}0, 1)")
 
 
 def check_nonnegative(value, name: str, *, error: type[Exception] = InvalidArgumentError) -> float:

@@ -56,7 +56,7 @@ class BaselineRelease:
 
 def check_delta(delta, *, allow_zero: bool = False) -> float:
     """δ in (0, 1) as the mechanisms require it, or [0, 1) when ``allow_zero`` (pure DP)."""
-    return validation.check_delta(delta, zero=allow_zero, error=MechanismError)
+    return validation.check_delta(delta, allow_zero=allow_zero, error=MechanismError)
 
 
 def check_beta(beta) -> float:

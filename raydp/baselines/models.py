@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from raydp.errors import OracleError
+from raydp.validation import check_real
 
 from ._common import check_bounds
 
@@ -21,12 +22,8 @@ class StudentT:
     """Scalar records from Student's t with ``df`` degrees of freedom (heavy tailed; variance ∞ for df ≤ 2)."""
 
     def __init__(self, df: float):
-        try:
-            self.df = float(df)
-        except (TypeError, ValueError):
-            raise OracleError(f"df must be a real number > 0, got {df!r}") from None
-        if not np.isfinite(self.df) or self.df <= 0:
-            raise OracleError(f"df must be finite and > 0, got {df!r}")
+        self.df = check_real(df, "df", min_value=0, include_min=False, error=OracleError,
+                             expected="a finite real number > 0")
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return rng.standard_t(self.df, size=int(size)).astype(np.float64, copy=False)

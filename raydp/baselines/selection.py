@@ -36,7 +36,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from raydp import noise
-from raydp.errors import InvalidArgument
+from raydp.validation import check_real
 
 from ._common import (
     EPS_DP,
@@ -62,13 +62,7 @@ DEFAULT_GRID_SIZE = 4001
 
 
 def _check_q(q) -> float:
-    try:
-        qq = float(q)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"q must be a real number in [0, 1], got {q!r}") from None
-    if not 0.0 <= qq <= 1.0:
-        raise InvalidArgument(f"q must lie in [0, 1], got {q!r}")
-    return qq
+    return check_real(q, "q", min_value=0.0, max_value=1.0, expected="a real number in [0, 1]")
 
 
 def quantile_utility(x, q: float, grid) -> np.ndarray:

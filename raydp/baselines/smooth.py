@@ -46,7 +46,7 @@ from scipy import optimize
 
 from raydp import noise
 from raydp.errors import InvalidArgumentError
-from raydp.validation import check_int
+from raydp.validation import check_int, check_real
 
 from ._common import (
     EPS_DELTA_DP,
@@ -71,16 +71,9 @@ __all__ = [
 
 
 def _check_exponent(exponent) -> float:
-    try:
-        g = float(exponent)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"exponent must be a real number >= 2, got {exponent!r}") from None
-    if not math.isfinite(g) or g < 2.0:
-        raise InvalidArgumentError(
-            f"exponent must be finite and >= 2, got {exponent!r} (the density 1/(1+|z|^γ) with γ < 2 has "
-            "heavier tails than the Cauchy proposal this sampler uses)"
-        )
-    return g
+    return check_real(exponent, "exponent", min_value=2.0,
+                      expected="a finite real number >= 2 (the density 1/(1+|z|^γ) with γ < 2 has heavier tails "
+                               "than the Cauchy proposal this sampler uses)")
 
 
 @lru_cache(maxsize=64)

@@ -43,9 +43,9 @@ PROBE_KEY = 2**64 - 1
 # Default block sizing: at most this many records drawn per block ...
 _RECORDS_PER_BLOCK = 2**16
 # ... and at least about this many blocks per run: one pair per block up to m = 2048, so a per-pair
-# target (the expensive kind) can spread over as many slots as there are pairs. Was 256 (issue 20:
-# m = 1305 was 218 blocks of 6 pairs, 4 waves on 64 slots and a fifth of a 1 000-core cluster). A
-# block costs ~40-90 µs of bookkeeping and seeding, so a run pays at most ~0.2 s for it in all.
+# target (the expensive kind) can spread over as many slots as there are pairs (with 256, m = 1305
+# would be 218 blocks of 6 pairs: 4 waves on 64 slots and a fifth of a 1 000-core cluster). A block
+# costs ~40-90 µs of bookkeeping and seeding, so a run pays at most ~0.2 s for it in all.
 _MIN_BLOCKS = 2048
 # A target with a vectorised ``batch`` form evaluates a whole block in a few numpy calls, so a
 # block costs a fixed ~40 µs of bookkeeping plus its records; such runs use bigger blocks.
@@ -58,8 +58,7 @@ def default_block_size(n: int, m: int, batched: bool = False) -> int:
 
     Per-pair targets: ``max(1, min(⌊65536 / (n + 1)⌋, ⌈m / 2048⌉))`` — a block's records fit in
     ~0.5 MB of float64 scalars, a run of up to 2048 pairs has one pair per block (it can spread
-    over as many slots as there are pairs), and a larger one about 2048 blocks (before issue 20: 256,
-    which capped a per-pair target at m = 1305 to 218 tasks).
+    over as many slots as there are pairs), and a larger one about 2048 blocks.
     Batched targets (``target.batch``): ``max(1, min(⌊131072 / (n + 1)⌋, ⌈m / 16⌉))`` — the
     fixed cost per block is then under 10% of the numpy work (measured by ``jobs/bench.py``).
 
@@ -109,7 +108,12 @@ class BlockLayout:
 
 @dataclass
 class BlockResult:
-    """G values of the pairs of one block, in pair order, and how many of them failed."""
+    """G values of the pairs of one block, in pair order, and how many of them failed.
+
+    A compacted result (:meth:`compacted`) carries only the largest G, with their pair indices in
+    ``positions``; ``witnessed`` holds the G of the job's witness pairs in this block (see
+    :mod:`raydp.engine.witness`), kept whatever the compaction drops.
+    """
 
     index: int
     start: int
@@ -118,6 +122,8 @@ class BlockResult:
     failure_kinds: dict = field(default_factory=dict)
     seconds: float = 0.0
     pairs: int = -1  # pairs evaluated; g may be compacted to the largest values only
+    positions: np.ndarray | None = field(default=None, repr=False)  # pair indices of g when compacted
+    witnessed: dict | None = field(default=None, repr=False)  # {pair index: G} of witness pairs
 
     def __post_init__(self):
         if self.pairs < 0:
@@ -128,19 +134,27 @@ class BlockResult:
         """True when ``g`` holds every pair's G (not only the largest)."""
         return self.g.size == self.pairs
 
+    def pair_indices(self) -> np.ndarray:
+        """The pair index of every value in ``g``."""
+        if self.positions is not None:
+            return self.positions
+        return np.arange(self.start, self.start + self.g.size, dtype=np.int64)
+
     @classmethod
     def failed(cls, index: int, start: int, pairs: int, kind: str, seconds: float = 0.0) -> "BlockResult":
         """A block none of whose pairs produced a G (e.g. its task was killed): every G is +∞."""
         return cls(index, start, np.full(pairs, math.inf), pairs, {kind: pairs}, seconds, pairs)
 
     def compacted(self, keep: int) -> "BlockResult":
-        """The same result carrying only the ``keep`` largest G: enough for Δ̂ = G_(k)."""
-        from .reduce import largest
+        """The same result carrying only the ``keep`` largest G (with their pair indices): enough for
+        Δ̂ = G_(k) and for knowing which pair set it."""
+        from .reduce import largest_at
 
         if self.g.size <= keep:
             return self
-        return BlockResult(self.index, self.start, largest(self.g, keep), self.failures,
-                           dict(self.failure_kinds), self.seconds, self.pairs)
+        g, at = largest_at(self.g, self.pair_indices(), keep)
+        return BlockResult(self.index, self.start, g, self.failures, dict(self.failure_kinds), self.seconds,
+                           self.pairs, positions=at, witnessed=self.witnessed)
 
 
 @dataclass
@@ -160,6 +174,8 @@ class PairJob:
     setup_key: str | None = None  # the target has setup(): run once per process (see prepared())
     # seconds the driver's probe took (one draw and one evaluation); sizes the first Ray tasks
     probe_seconds: float | None = None
+    # pairs whose G every result reports in ``witnessed`` even when compacted (raydp.engine.witness)
+    witness_pairs: tuple = ()
 
     def block_seconds_guess(self) -> float | None:
         """About what a block costs, from the probe: a pair is two evaluations. None for a batched
@@ -292,17 +308,28 @@ class PairJob:
             g[j] = gj if math.isfinite(gj) else self._fail(kinds, "non-finite output", i)
         return g
 
-    def run_block(self, block_index: int) -> BlockResult:
-        import time
-
-        t0 = time.perf_counter()
-        records, start = self.draw(block_index)
+    def evaluate(self, records: np.ndarray, start: int) -> tuple[np.ndarray, dict]:
+        """G of every pair of ``records`` (shaped ``(pairs, n + 1, *record_shape)``, the first pair
+        numbered ``start``) and the failure kinds: the one evaluation every block and every replayed
+        witness goes through."""
         d, d_prime = self.neighbours(records)
         kinds: dict = {}
         g = self._g_batched(d, d_prime, start, kinds)
         if g is None:
             kinds = {}
             g = self._g_pairwise(d, d_prime, start, kinds)
+        return g, kinds
+
+    def run_block(self, block_index: int) -> BlockResult:
+        import time
+
+        t0 = time.perf_counter()
+        records, start = self.draw(block_index)
+        g, kinds = self.evaluate(records, start)
+        witnessed = None
+        if self.witness_pairs:
+            end = start + g.size
+            witnessed = {i: float(g[i - start]) for i in self.witness_pairs if start <= i < end} or None
         return BlockResult(
             index=block_index,
             start=start,
@@ -310,6 +337,7 @@ class PairJob:
             failures=int(sum(kinds.values())),
             failure_kinds=kinds,
             seconds=time.perf_counter() - t0,
+            witnessed=witnessed,
         )
 
     def run_blocks(self, block_indices) -> list[BlockResult]:
@@ -416,7 +444,8 @@ def _on_alarm(signum, frame):
 
 
 def check_timeout(name: str, seconds) -> float | None:
-    """A timeout in seconds: None, or a finite number > 0 (``InvalidArgument`` otherwise)."""
+    """A timeout in seconds: None, or a finite number > 0 (else ``InvalidTypeError`` for a wrong type,
+    ``InvalidArgumentError`` for a wrong value)."""
     if seconds is None:
         return None
     return check_real(seconds, name, min_value=0, include_min=False, expected="a positive number of seconds or None")

@@ -20,20 +20,31 @@ def largest(values: np.ndarray, keep: int) -> np.ndarray:
     return np.partition(values, values.size - keep)[values.size - keep:].copy()
 
 
+def largest_at(values: np.ndarray, at: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``keep`` largest entries of ``values`` (unordered) and the matching entries of ``at``."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size <= keep:
+        return values.copy(), np.array(at, dtype=np.int64)
+    chosen = np.argpartition(values, values.size - keep)[values.size - keep:]
+    return values[chosen], np.asarray(at, dtype=np.int64)[chosen]
+
+
 class TopK:
-    """Running multiset of the ``keep`` largest values seen, plus how many values were seen.
+    """Running multiset of the ``keep`` largest values seen, with the pair index of each, and how many
+    values were seen.
 
     Added arrays are buffered and cut down to the ``keep`` largest only when the buffer holds
     twice that many, so merging many blocks costs O(total) rather than O(blocks × keep).
     """
 
-    __slots__ = ("keep", "_parts", "_buffered", "count")
+    __slots__ = ("keep", "_parts", "_at", "_buffered", "count")
 
     def __init__(self, keep: int):
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.keep = int(keep)
         self._parts: list[np.ndarray] = []
+        self._at: list[np.ndarray] = []
         self._buffered = 0
         self.count = 0
 
@@ -43,31 +54,40 @@ class TopK:
         self._consolidate()
         return self._parts[0] if self._parts else np.empty(0, dtype=np.float64)
 
+    @property
+    def at(self) -> np.ndarray:
+        """The pair index of each of :attr:`values` (-1 where none was given)."""
+        self._consolidate()
+        return self._at[0] if self._at else np.empty(0, dtype=np.int64)
+
     def _consolidate(self) -> None:
         if len(self._parts) > 1 or (self._parts and self._parts[0].size > self.keep):
-            merged = largest(np.concatenate(self._parts), self.keep)
-            self._parts, self._buffered = [merged], merged.size
+            merged, at = largest_at(np.concatenate(self._parts), np.concatenate(self._at), self.keep)
+            self._parts, self._at, self._buffered = [merged], [at], merged.size
 
-    def _push(self, g: np.ndarray) -> None:
+    def _push(self, g: np.ndarray, at: np.ndarray) -> None:
         if g.size > self.keep:
-            g = largest(g, self.keep)
+            g, at = largest_at(g, at, self.keep)
         self._parts.append(g)
+        self._at.append(at)
         self._buffered += g.size
         if self._buffered >= 2 * self.keep + 1024:
             self._consolidate()
 
-    def add(self, g: np.ndarray, count: int | None = None) -> "TopK":
-        """Add values; ``count`` is how many values ``g`` stands for (when it was compacted)."""
+    def add(self, g: np.ndarray, count: int | None = None, at: np.ndarray | None = None) -> "TopK":
+        """Add values; ``count`` is how many values ``g`` stands for (when it was compacted), ``at``
+        their pair indices."""
         g = np.array(g, dtype=np.float64).ravel()  # a copy: the caller's array may be reused
+        at = np.full(g.size, -1, dtype=np.int64) if at is None else np.array(at, dtype=np.int64).ravel()
         self.count += g.size if count is None else int(count)
-        self._push(g)
+        self._push(g, at)
         return self
 
     def merge(self, other: "TopK") -> "TopK":
         if other.keep != self.keep:
             raise ValueError("cannot merge TopK with different keep")
         self.count += other.count
-        self._push(other.values.copy())
+        self._push(other.values.copy(), other.at.copy())
         return self
 
     def order_statistic(self) -> float:
@@ -77,8 +97,27 @@ class TopK:
             raise ValueError(f"only {values.size} values seen; need at least {self.keep}")
         return float(np.min(values))
 
+    def order_statistic_pair(self) -> int:
+        """The pair index of G_(k) (one of them, if several pairs share its value)."""
+        values = self.values
+        if values.size < self.keep:
+            raise ValueError(f"only {values.size} values seen; need at least {self.keep}")
+        return int(self.at[int(np.argmin(values))])
+
+    def largest_pair(self) -> tuple[int, float]:
+        """The pair index and value of the largest G seen."""
+        values = self.values
+        i = int(np.argmax(values))
+        return int(self.at[i]), float(values[i])
+
     def sorted_desc(self) -> np.ndarray:
         return np.sort(self.values)[::-1]
+
+    def sorted_desc_at(self) -> np.ndarray:
+        """The pair indices of :meth:`sorted_desc`, in the same order (ties by pair index)."""
+        values, at = self.values, self.at
+        order = np.lexsort((at, -values))
+        return at[order]
 
 
 def kth_smallest(sample: np.ndarray, k: int) -> float:
@@ -96,13 +135,15 @@ class Reducer:
     than m pairs would void Theorem 15, and a block counted twice would weigh its pairs twice.
     """
 
-    def __init__(self, layout, keep: int, *, keep_sample: bool):
+    def __init__(self, layout, keep: int, *, keep_sample: bool, witness_pairs=()):
         self.layout = layout
         self.top = TopK(keep)
         self.failures = 0
         self.failure_kinds: dict = {}
         self.sample = np.full(layout.m, np.nan) if keep_sample else None
         self._seen = np.zeros(layout.count, dtype=bool)  # one byte per block, whatever m
+        self.witness_pairs = tuple(int(i) for i in witness_pairs)
+        self.witnessed: dict[int, float] = {}  # G of the witness pairs, from whichever blocks held them
 
     def add(self, result) -> None:
         b = result.index
@@ -113,7 +154,14 @@ class Reducer:
         if self.sample is not None and not result.complete:
             raise EngineError(f"block {b} arrived compacted but the full sample was asked for")
         self._seen[b] = True
-        self.top.add(result.g, count=result.pairs)
+        self.top.add(result.g, count=result.pairs, at=result.pair_indices())
+        if self.witness_pairs:
+            if result.complete:
+                end = result.start + result.g.size
+                self.witnessed.update({i: float(result.g[i - result.start]) for i in self.witness_pairs
+                                       if result.start <= i < end})
+            elif result.witnessed:
+                self.witnessed.update(result.witnessed)
         self.failures += result.failures
         for kind, count in result.failure_kinds.items():
             self.failure_kinds[kind] = self.failure_kinds.get(kind, 0) + count

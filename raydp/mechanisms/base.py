@@ -58,7 +58,7 @@ def check_epsilon(epsilon, what: str = "epsilon") -> float:
 
 def check_delta(delta) -> float:
     """δ as a float: a real number (not a bool) strictly between 0 and 1; else :class:`MechanismError`."""
-    return validation.check_delta(delta, zero=False, error=MechanismError)
+    return validation.check_delta(delta, allow_zero=False, error=MechanismError)
 
 
 def check_sensitivity(sensitivity) -> float:

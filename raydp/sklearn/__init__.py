@@ -49,14 +49,15 @@ neural networks) or are training records themselves (kernel SVMs, nearest neighb
 unless ``params=`` names what to release. Tested: ``LogisticRegression`` (binary and multinomial),
 ``LinearSVC``, ``Ridge``, ``LinearRegression``, pipelines with ``StandardScaler``, ``KMeans``, ``PCA``.
 
-Useful by default (issue 21)
-----------------------------
+Useful by default
+-----------------
 Preprocessing that leads a pipeline (scalers, encoders, imputers: :data:`PUBLIC_BY_DEFAULT`) is fitted
 on public oracle records and frozen (``public_steps="auto"``; a list of step names chooses, ``None``
 opts out): its statistics cost no privacy and are not released, and the model behind it sees features
 on a public scale. ``preview(n)`` plays the release on public records before any private one is read
 and reports the expected score per ε next to the non-private and a trivial one; ``fit`` does the same
-at its ε and warns (``strict=True``: refuses, before any charge) when the release is expected to be no
+at its ε and warns — with a ``PrivateSearchCV(...)`` line over regularisation and public clipping that
+previews better — (``on_useless="refuse"``: refuses, before any charge) when the release is expected to be no
 better than the trivial predictor. :class:`PrivateSearchCV` picks hyperparameters by that previewed
 private score and releases once.
 
@@ -73,8 +74,11 @@ from .estimator import PrivateEstimator
 from .params import REFUSED, fitted_float_params, prediction_params
 from .public import PUBLIC_BY_DEFAULT
 from .search import PrivateSearchCV
+from .suggest import PublicClip, suggest
+
+PrivateEstimator._suggest = staticmethod(suggest)  # the warning's PrivateSearchCV line (see PrivateEstimator)
 from .target import EstimatorTarget, estimator_params
 from .utility import UtilityPreview, UtilityWarning
 
-__all__ = ["PrivateEstimator", "PrivateSearchCV", "UtilityPreview", "UtilityWarning", "EstimatorTarget",
+__all__ = ["PrivateEstimator", "PrivateSearchCV", "PublicClip", "UtilityPreview", "UtilityWarning", "EstimatorTarget",
            "estimator_params", "fitted_float_params", "prediction_params", "REFUSED", "PUBLIC_BY_DEFAULT"]

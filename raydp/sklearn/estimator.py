@@ -19,10 +19,11 @@ from ..mechanisms.base import check_mechanism
 from ..options import SamplerOptions
 from ..oracles import as_oracle, check_records
 from ..plan import plan as make_plan
-from ..release import sample_then_respond
+from ..release import check_estimate_fits, respond
+from ..seal import warm
 from ..sampler import estimate_sensitivity
 from ..store import Store
-from ..validation import check_delta, check_epsilon, check_int
+from ..validation import check_delta, check_epsilon, check_int, check_real
 from .canonical import canonical_kinds
 from .inputs import as_labels, as_matrix, is_classifier, is_supervised, numeric, prepare
 from .params import REFUSED, estimators, fitted_float_params, prediction_params, resolve
@@ -37,6 +38,11 @@ __all__ = ["PrivateEstimator"]
 _PUBLIC_SEED = 0x5EED_5C1E
 # Public records the public pipeline steps (scalers, encoders) are fitted on: at least this many.
 _PUBLIC_RECORDS = 2000
+#: Seconds of sampling a fit spends by default (``time_budget="auto"``): on 2 cores a cheap model's Δ̂ then
+#: comes from a few thousand pairs instead of the fewest (1305 at γ = 0.05).
+DEFAULT_TIME_BUDGET = 20.0
+#: Public draws a preview plays the release on (its interval is read off them).
+PREVIEW_REPEATS = 20
 
 
 def _estimator_has(attr: str):
@@ -70,6 +76,27 @@ class _Inputs:
 
 
 @dataclass(frozen=True)
+class _Choice:
+    """The mechanism a fit releases with, its Δ̂, whether that Δ̂ was made before (then replayed), its
+    preview, and (when chosen among several) why."""
+
+    mechanism: object
+    estimate: SensitivityEstimate
+    reused: bool
+    preview: UtilityPreview | None
+    record: dict | None = None
+
+
+def _at(mechanism, epsilon):
+    """The same kind of mechanism at another ε (a preview at several ε)."""
+    if float(epsilon) == float(mechanism.privacy()[0]):
+        return mechanism
+    if isinstance(mechanism, Laplace):
+        return Laplace(epsilon)
+    return Gaussian(epsilon, mechanism.delta, calibration=mechanism.calibration)
+
+
+@dataclass(frozen=True)
 class _Skeleton:
     """The estimator fitted once on public oracle records: everything that is not released comes from it."""
 
@@ -94,10 +121,19 @@ class PrivateEstimator(BaseEstimator):
         Public records: rows ``[X | y]`` (label last) for a classifier or regressor, rows of X for an
         unsupervised estimator; usually ``raydp.oracles.bootstrap(public_rows)``.
     epsilon, delta : privacy of the release. ``delta=0``: Laplace (ℓ1 Δ̂), ε-DP on all but a γ
-        fraction of neighbours; ``delta > 0``: Gaussian (ℓ2 Δ̂, analytic calibration), (ε, δ)-DP.
+        fraction of neighbours; ``delta > 0``: the better of Laplace and Gaussian (below).
     gamma, m, k : the plan (any combination :func:`raydp.plan` accepts; usually ``gamma`` alone).
-    mechanism : a raydp Laplace or Gaussian mechanism to use instead; its (ε, δ) must equal
-        ``epsilon``/``delta``.
+    time_budget : "auto", None or seconds. With ``gamma`` alone, Δ̂ is sampled from as many pairs as
+        this many seconds afford on the resources at hand (more on a cluster), k following from
+        Theorem 15: a lower order statistic of more pairs, so a smaller and steadier Δ̂ at the same γ
+        (:attr:`raydp.SamplerOptions.time_budget`). "auto": ``options.time_budget`` when set, else
+        :data:`DEFAULT_TIME_BUDGET` seconds. None: the fewest pairs γ allows (for an expensive model).
+        The chosen (m, k) and the budget are in ``estimate_.sizing`` and the statement.
+    mechanism : None or "auto" (default): Laplace when ``delta=0``; with ``delta > 0`` both Laplace (ℓ1)
+        and Gaussian (ℓ2, analytic calibration) are sampled and previewed on public data at
+        (ε, δ) — no privacy spent — and the one expected to score better releases (``mechanism_choice_``
+        and the statement say which and why). "laplace", "gaussian", or a raydp Laplace or Gaussian
+        mechanism whose (ε, δ) equal ``epsilon``/``delta``, to choose yourself.
     params : None (the float parameters predictions use), a list of attribute paths, or a callable
         ``fitted_public_model -> list of paths``.
     estimate : a :class:`~raydp.estimate.SensitivityEstimate` to reuse (another fit's ``estimate_``,
@@ -108,6 +144,11 @@ class PrivateEstimator(BaseEstimator):
         (and scikit-learn version, part of the target's identity) is reused or resumed, and one made
         for anything else is refused; with ``seed=None`` and a store that holds a run, that run's seed.
     ledger, ledger_label : charge the release to a :class:`raydp.Ledger` (refused when over budget).
+    on_useless : "warn" (default) or "refuse": when the preview on public data says the release would not
+        beat a trivial predictor, warn (with a ``PrivateSearchCV(...)`` line that previews better), or
+        refuse with :class:`~raydp.errors.UtilityError` before anything is released or charged.
+    random_state : int or None: the sampler's seed (scikit-learn's name for it; ``options.seed`` is the
+        same). Other sampler options go in ``options``.
 
     Attributes
     ----------
@@ -121,9 +162,13 @@ class PrivateEstimator(BaseEstimator):
     n_features_in_, feature_names_in_ (a DataFrame's columns), classes_ (classifiers).
     """
 
-    def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None, mechanism=None,
-                 params=None, public_steps="auto", estimate=None, options=None, ledger=None, ledger_label=None,
-                 strict=False):
+    # What to suggest when the preview says "useless" (raydp.sklearn.suggest.suggest, which searches with
+    # PrivateSearchCV and so imports this module): plugged in by the package, not imported here.
+    _suggest = None
+
+    def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None, time_budget="auto",
+                 mechanism=None, params=None, public_steps="auto", estimate=None, options=None, ledger=None,
+                 ledger_label=None, on_useless="warn", random_state=None):
         self.estimator = estimator
         self.oracle = oracle
         self.epsilon = epsilon
@@ -138,7 +183,9 @@ class PrivateEstimator(BaseEstimator):
         self.options = options
         self.ledger = ledger
         self.ledger_label = ledger_label
-        self.strict = strict
+        self.time_budget = time_budget
+        self.on_useless = on_useless
+        self.random_state = random_state
 
     # ---- fit, step by step ---------------------------------------------------------------
     def fit(self, X, y=None, **fit_params):
@@ -155,68 +202,111 @@ class PrivateEstimator(BaseEstimator):
         estimator = self._checked_estimator()
         inputs = self._inputs(estimator, X, y)
         oracle = as_oracle(self.oracle)
-        mechanism = self._mechanism()
         options = self._options()
+        self._mechanisms()  # checked before any sampling
+        warm()  # the sealed process that will fit on the private data gets ready meanwhile
         skeleton = self._skeleton(estimator, oracle, inputs.n, inputs.d, inputs.supervised)
         self._check_labels(skeleton, inputs)
-        estimate = self._estimate(skeleton.target, oracle, inputs.n, mechanism, options)
-        utility = self._utility(skeleton, oracle, inputs.n, estimate, mechanism)
-        release = sample_then_respond(inputs.records(), skeleton.target, mechanism, estimate=estimate,
-                                      ledger=self.ledger, ledger_label=self.ledger_label)
-        self._assemble(skeleton, inputs, estimate, release)
-        self.utility_ = utility
+        choice = self._choose(skeleton, oracle, inputs.n, options)
+        self._judge(choice, skeleton, oracle, inputs.n, options)
+        release = respond(inputs.records(), skeleton.target, choice.mechanism, choice.estimate, reused=choice.reused,
+                          replay=options.replay, ledger=self.ledger, ledger_label=self.ledger_label)
+        self._assemble(skeleton, inputs, choice.estimate, release)
+        self.utility_ = choice.preview
+        self.mechanism_choice_ = choice.record
         return self
 
-    def preview(self, n, *, epsilons=None, repeats: int = 5) -> UtilityPreview:
+    def preview(self, n, *, epsilons=None, repeats: int = PREVIEW_REPEATS) -> UtilityPreview:
         """The release played on public records, before any private record is read: no privacy spent.
 
-        Samples Δ̂ for n records exactly as ``fit`` would (a later ``fit`` with n records reuses it),
-        then, ``repeats`` times, fits on n oracle records, releases with the mechanism's noise at each
-        ε of ``epsilons`` (default: this estimator's) and scores on other oracle records, next to the
-        fit without noise and a trivial predictor. Returns a :class:`~raydp.sklearn.utility.UtilityPreview`
+        Samples Δ̂ for n records exactly as ``fit`` would (a later ``fit`` with n records reuses it; with
+        ``mechanism`` "auto" and δ > 0 both mechanisms are sampled and the better kept), then,
+        ``repeats`` times, fits on n oracle records, releases with the mechanism's noise at each ε of
+        ``epsilons`` (default: this estimator's) and scores on other oracle records, next to the fit
+        without noise and a trivial predictor. Returns a :class:`~raydp.sklearn.utility.UtilityPreview`
         (``print`` it for a table). ``n`` is the private data's number of records (public: Δ̂ depends on it).
         """
         n = check_int(n, "n", min_value=2)
         epsilons = [self.epsilon] if epsilons is None else list(np.atleast_1d(epsilons))
         for e in epsilons:
             check_epsilon(e)
-        repeats = check_int(repeats, "repeats", min_value=1)
+        repeats = check_int(repeats, "repeats", min_value=2)
         estimator = self._checked_estimator()
         oracle = as_oracle(self.oracle)
-        mechanism = self._mechanism()
         supervised = is_supervised(estimator)
         d = self._oracle_width(oracle, n) - int(supervised)
         if d < 1:
             raise OracleError("the oracle's records have no feature column")
         skeleton = self._skeleton(estimator, oracle, n, d, supervised)
-        estimate = self._estimate(skeleton.target, oracle, n, mechanism, self._options())
-        self.preview_estimate_ = estimate
-        return self._simulate(skeleton, oracle, n, estimate, epsilons, repeats)
+        choice = self._choose(skeleton, oracle, n, self._options(), repeats=repeats)
+        self.preview_estimate_ = choice.estimate
+        self.preview_choice_ = choice.record
+        if [float(e) for e in epsilons] == [float(self.epsilon)] and choice.preview is not None:
+            return choice.preview
+        return self._simulate(skeleton, oracle, n, choice.estimate, choice.mechanism, epsilons, repeats)
 
-    def _simulate(self, skeleton, oracle, n, estimate, epsilons, repeats) -> UtilityPreview:
+    def _simulate(self, skeleton, oracle, n, estimate, mechanism, epsilons, repeats) -> UtilityPreview:
         result = simulate(skeleton.model, skeleton.target, oracle, n, estimate.sensitivity,
-                          {float(e): self._mechanism(e) for e in epsilons}, repeats)
+                          {float(e): _at(mechanism, e) for e in epsilons}, repeats)
         return replace(result, public_steps=list(skeleton.public))
 
-    def _utility(self, skeleton, oracle, n: int, estimate, mechanism) -> UtilityPreview | None:
+    def _choose(self, skeleton, oracle, n: int, options: SamplerOptions, repeats: int = PREVIEW_REPEATS) -> _Choice:
+        """The mechanism, its Δ̂ (sampled, or reused) and its preview at this ε. With several candidate
+        mechanisms (``mechanism`` "auto", δ > 0) each gets its Δ̂ — the time budget shared between them —
+        and the one previewed better on public data is taken."""
+        candidates = self._mechanisms()
+        previewed = getattr(self, "preview_estimate_", None)
+        if self.estimate is not None or previewed is not None:  # a Δ̂ made before fixes the norm
+            norm = (self.estimate if self.estimate is not None else previewed).norm
+            fitting = [mech for mech in candidates if mech.norm == norm]
+            candidates = fitting or candidates
+        if len(candidates) > 1 and options.time_budget is not None:
+            options = replace(options, time_budget=options.time_budget / len(candidates))
+        tried = []
+        for mech in candidates:
+            own = options
+            if len(candidates) > 1 and options.store is not None:  # each mechanism's G sample in a store of its own
+                from ..store import Store
+
+                uri = options.store.uri if isinstance(options.store, Store) else str(options.store)
+                own = replace(options, store=f"{uri.rstrip('/')}/{mech.name}")
+            estimate, reused = self._estimate(skeleton.target, oracle, n, mech, own)
+            preview = (self._simulate(skeleton, oracle, n, estimate, mech, [self.epsilon], repeats)
+                       if skeleton.target.supervised else None)
+            tried.append(_Choice(mech, estimate, reused, preview, None))
+        if len(tried) == 1 or tried[0].preview is None:
+            if self.estimate is None and tried[0].estimate is previewed:  # the choice made when it was previewed
+                return replace(tried[0], record=getattr(self, "preview_choice_", None))
+            return tried[0]
+        eps = float(self.epsilon)
+        best = max(tried, key=lambda c: c.preview.expected(eps))
+        record = {"mechanism": best.mechanism.name, "reason": "previewed on public data at the caller's (ε, δ)",
+                  "previews": {c.mechanism.name: {"mean": c.preview.expected(eps), "sd": c.preview.row(eps)["sd"],
+                                                  "sensitivity": c.estimate.sensitivity} for c in tried}}
+        return replace(best, record=record)
+
+    def _judge(self, choice: _Choice, skeleton, oracle, n: int, options: SamplerOptions) -> None:
         """Before the private data is touched: is the release expected to beat a trivial predictor?
-        Warns (``strict=True``: refuses, before any charge) when it is not, with what to change."""
-        if not skeleton.target.supervised:
-            return None
-        result = self._simulate(skeleton, oracle, n, estimate, [self.epsilon], 5)
-        if result.useless(float(self.epsilon)):
-            row = result.rows[0]
-            msg = (f"at epsilon={self.epsilon:g} the released model is expected to score {row['mean']:.3f} ± "
-                   f"{row['sd']:.3f} ({result.metric}, {result.repeats} previews on public records), not clearly "
-                   f"better than a trivial predictor's {result.trivial:.3f}; the fit without noise scores "
-                   f"{result.nonprivate[0]:.3f}. Δ̂={estimate.sensitivity:.4g} is large against the parameters: "
-                   "put scalers/encoders first in a Pipeline (fitted on public records), regularise more "
-                   "(smaller C, larger alpha), give more records or a larger epsilon — PrivateSearchCV "
-                   "chooses among candidates on public data")
-            if self.strict:
-                raise UtilityError(msg + " (strict=True: nothing was released or charged)")
-            warnings.warn(msg, UtilityWarning, stacklevel=3)
-        return result
+        Warns (``on_useless="refuse"``: refuses, before any charge) when it is not, with the
+        ``PrivateSearchCV(...)`` line that previews best on public data."""
+        result = choice.preview
+        if result is None or not result.useless(float(self.epsilon)):
+            return
+        row = result.row(float(self.epsilon))
+        msg = (f"at epsilon={self.epsilon:g} the released model is expected to score {row['mean']:.3f} ± "
+               f"{row['sd']:.3f} ({result.metric}, {result.repeats} previews on public records), not clearly "
+               f"better than a trivial predictor's {result.trivial:.3f}; the fit without noise scores "
+               f"{result.nonprivate[0]:.3f} (Δ̂={choice.estimate.sensitivity:.4g} is large against the parameters)")
+        suggestion = self._suggest(self, skeleton, oracle, n, options) if self._suggest is not None else None
+        if suggestion is not None and suggestion.score > row["mean"]:
+            msg += (f". Searched on public data over regularisation and public clipping, this previews "
+                    f"{suggestion.score:.3f} (best: {suggestion.best_params}): {suggestion.line}")
+        else:
+            msg += (". Searching regularisation and public clipping on public data found nothing better: give more "
+                    "records or a larger epsilon")
+        if self.on_useless == "refuse":
+            raise UtilityError(msg + ' (on_useless="refuse": nothing was released or charged)')
+        warnings.warn(msg, UtilityWarning, stacklevel=3)
 
     def _inputs(self, estimator, X, y) -> _Inputs:
         """X and y checked. Checks whose answer depends on the private *values* (NaN, unknown labels)
@@ -274,16 +364,21 @@ class PrivateEstimator(BaseEstimator):
             raise InvalidArgumentError(f"y holds class labels the oracle never draws (the oracle's: "
                                        f"{np.asarray(classes).tolist()}); the released model knows only those")
 
-    def _estimate(self, target, oracle, n: int, mechanism, options: SamplerOptions) -> SensitivityEstimate:
-        """The Δ̂ to release with: ``estimate=`` checked, or sampled (reusing a stored run)."""
+    def _estimate(self, target, oracle, n: int, mechanism, options: SamplerOptions) -> tuple[SensitivityEstimate, bool]:
+        """The Δ̂ to release with, and whether it was made before this call (``estimate=``, or a preview's):
+        then its witness pairs are replayed before the release. Else it is sampled now (a stored run in
+        ``options.store`` is replayed by the sampler before it is reused)."""
         if self.estimate is not None:
-            return self._checked_estimate(oracle, options)
+            est = self._checked_estimate(oracle, options)
+            # the target, n and norm before anything else (the preview would use a Δ̂ made for another model)
+            check_estimate_fits(est, target, mechanism, n, reused=True, replay=options.replay)
+            return est, True
         previewed = getattr(self, "preview_estimate_", None)
         if (previewed is not None and options.store is None and previewed.target == describe(target)
                 and previewed.oracle == describe(oracle) and previewed.n == n and previewed.norm == mechanism.norm
                 and (options.seed is None or options.seed == previewed.seed)
                 and self._plan_matches(previewed)):
-            return previewed  # sampled on public data by preview() for this very target, n and plan
+            return previewed, True  # sampled on public data by preview() for this very target, n and plan
         if options.store is not None:
             seed = options.seed
             if seed is None:
@@ -292,7 +387,7 @@ class PrivateEstimator(BaseEstimator):
                     seed = st.load()[0].seed  # reuse the stored run (its target, oracle and n are checked)
             options = replace(options, seed=seed, resume=True)
         return estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=self.gamma, m=self.m, k=self.k,
-                                    options=options)
+                                    options=options), False
 
     def _assemble(self, skeleton: _Skeleton, inputs: _Inputs, estimate, release) -> None:
         """The released model: the skeleton with the released parameters put in; the fitted attributes."""
@@ -312,9 +407,16 @@ class PrivateEstimator(BaseEstimator):
             self.classes_ = skeleton.classes
 
     def statement(self) -> str:
-        """The release's (ε, δ, γ) statement, and which pipeline steps were fitted on public records."""
+        """The release's (ε, δ, γ) statement, which mechanism was chosen and why, and which pipeline steps were
+        fitted on public records."""
         check_is_fitted(self)
         text = self.release_.statement()
+        choice = getattr(self, "mechanism_choice_", None)
+        if choice:
+            seen = "; ".join(f"{name} {p['mean']:.3f} ± {p['sd']:.3f} (Δ̂ {p['sensitivity']:.4g})"
+                             for name, p in sorted(choice["previews"].items()))
+            text += (f"; {choice['mechanism']} chosen: it previewed better on public data at this (ε, δ), "
+                     f"no privacy spent ({seen})")
         if self.public_steps_:
             text += ("; fitted on public oracle records and not released (no privacy cost): "
                      + ", ".join(self.public_steps_))
@@ -334,29 +436,49 @@ class PrivateEstimator(BaseEstimator):
         return est
 
     def _options(self) -> SamplerOptions:
-        return SamplerOptions.of(self.options)
+        """``options`` with ``random_state`` as its seed and ``time_budget`` resolved ("auto": the options'
+        budget, else :data:`DEFAULT_TIME_BUDGET`)."""
+        options = SamplerOptions.of(self.options)
+        if self.random_state is not None:
+            seed = check_int(self.random_state, "random_state", min_value=0, expected="a non-negative integer or None")
+            if options.seed is not None and options.seed != seed:
+                raise InvalidArgumentError(f"random_state={seed} and options.seed={options.seed} disagree: give one")
+            options = replace(options, seed=seed)
+        budget = self.time_budget
+        if isinstance(budget, str) and budget == "auto":
+            budget = options.time_budget if options.time_budget is not None else DEFAULT_TIME_BUDGET
+        elif budget is not None:
+            budget = check_real(budget, "time_budget", min_value=0, include_min=False,
+                                expected='"auto", None or a positive number of seconds')
+        if self.on_useless not in ("warn", "refuse"):
+            raise InvalidArgumentError(f'on_useless must be "warn" or "refuse", got {self.on_useless!r}')
+        return replace(options, time_budget=budget)
 
-    def _mechanism(self, epsilon=None):
-        """The release's mechanism; with ``epsilon``, the same kind at that ε (for a preview)."""
+    def _mechanisms(self) -> list:
+        """The mechanisms this estimator may release with, at its ε (one, or both for "auto" with δ > 0)."""
         delta = check_delta(self.delta)
-        if epsilon is not None:
-            base = self._mechanism()
-            if isinstance(base, Laplace):
-                return Laplace(epsilon)
-            if isinstance(base, Gaussian):
-                return Gaussian(epsilon, delta, calibration=base.calibration)
-            raise InvalidArgumentError(f"a preview at other epsilons needs a Laplace or Gaussian mechanism, "
-                                       f"not {type(base).__name__}")
-        if self.mechanism is None:
-            if delta == 0:
-                return Laplace(self.epsilon)
-            return Gaussian(self.epsilon, delta, calibration="analytic")
-        mech = check_mechanism(self.mechanism, coordinatewise=True)
-        eps, dlt = mech.privacy()
-        if (float(eps), float(dlt)) != (check_epsilon(self.epsilon), delta):
-            raise InvalidArgumentError(f"mechanism has (ε, δ) = ({eps:g}, {dlt:g}) but epsilon={self.epsilon!r}, "
-                                       f"delta={delta!r} were given; make them agree")
-        return mech
+        eps = float(Laplace(self.epsilon).privacy()[0])  # ε checked as every mechanism checks it
+        choice = self.mechanism
+        if choice is None or (isinstance(choice, str) and choice == "auto"):
+            return [Laplace(eps)] if delta == 0 else [Gaussian(eps, delta, calibration="analytic"), Laplace(eps)]
+        if isinstance(choice, str):
+            if choice == "laplace":
+                return [Laplace(eps)]
+            if choice == "gaussian":
+                if delta == 0:
+                    raise InvalidArgumentError('mechanism="gaussian" needs delta > 0')
+                return [Gaussian(eps, delta, calibration="analytic")]
+            raise InvalidArgumentError(f'mechanism must be None, "auto", "laplace", "gaussian" or a raydp Laplace or '
+                                       f"Gaussian mechanism, got {choice!r}")
+        mech = check_mechanism(choice, coordinatewise=True)
+        if not isinstance(mech, (Laplace, Gaussian)):
+            raise InvalidArgumentError(f"mechanism must be a raydp Laplace or Gaussian mechanism, got "
+                                       f"{type(mech).__name__}")
+        m_eps, m_dlt = mech.privacy()
+        if (float(m_eps), float(m_dlt)) != (eps, delta if isinstance(mech, Gaussian) else float(m_dlt)):
+            raise InvalidArgumentError(f"mechanism has (ε, δ) = ({m_eps:g}, {m_dlt:g}) but epsilon={self.epsilon!r}, "
+                                       f"delta={self.delta!r} were given; make them agree")
+        return [mech]
 
     def _oracle_width(self, oracle, n: int) -> int:
         records = self._public_sample(oracle, n, None, False)
@@ -383,8 +505,14 @@ class PrivateEstimator(BaseEstimator):
         return records
 
     def _plan_matches(self, est) -> bool:
+        """The estimate's plan is what this estimator asks for: the same (m, k, γ), or — γ alone asked, so a
+        time budget may have sized m — the same γ from at least the fewest pairs, within Theorem 15."""
         wanted = make_plan(gamma=self.gamma, m=self.m, k=self.k)
-        return (wanted.m, wanted.k) == (est.plan.m, est.plan.k) and math.isclose(wanted.gamma, est.plan.gamma)
+        if not math.isclose(wanted.gamma, est.plan.gamma):
+            return False
+        if self.m is None and self.k is None:
+            return est.plan.m >= wanted.m and est.plan.satisfies_theorem15()
+        return (wanted.m, wanted.k) == (est.plan.m, est.plan.k)
 
     def _checked_estimate(self, oracle, options: SamplerOptions) -> SensitivityEstimate:
         est = self.estimate
@@ -393,12 +521,13 @@ class PrivateEstimator(BaseEstimator):
                                        f"raydp.load_estimate), got {type(est).__name__}")
         if options.store is not None:
             raise InvalidArgumentError("give estimate= (a Δ̂ in memory) or options.store (a stored Δ̂), not both")
-        check_reusable(describe(oracle), "oracle", EstimateMismatchError, "a precomputed estimate")
+        check_reusable(describe(oracle), "oracle", EstimateMismatchError, "a precomputed estimate",
+                       replay=options.replay)
         problems = []
         if est.oracle != describe(oracle):
             problems.append(f"it was computed for oracle {difference(est.oracle, describe(oracle))}")
         wanted = make_plan(gamma=self.gamma, m=self.m, k=self.k)
-        if (wanted.m, wanted.k) != (est.plan.m, est.plan.k) or not math.isclose(wanted.gamma, est.plan.gamma):
+        if not self._plan_matches(est):
             problems.append(f"it was computed with plan (m={est.plan.m}, k={est.plan.k}, γ={est.plan.gamma:g}), "
                             f"not (m={wanted.m}, k={wanted.k}, γ={wanted.gamma:g})")
         if options.seed is not None and options.seed != est.seed:

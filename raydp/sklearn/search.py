@@ -18,7 +18,7 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils.validation import check_is_fitted
 
 from ..errors import InvalidArgumentError, RaydpError
-from ..validation import check_int
+from ..validation import check_int, check_real
 from .estimator import PrivateEstimator
 from .inputs import as_matrix
 
@@ -37,8 +37,16 @@ class PrivateSearchCV(BaseEstimator):
     param_grid : dict or list of dicts, as :class:`sklearn.model_selection.GridSearchCV` takes; keys are the
         estimator's parameters (``"logisticregression__C"``), or ``"public_steps"`` (which pipeline steps are
         fitted on public records).
-    oracle, epsilon, delta, gamma, m, k, options, ledger, ledger_label : as :class:`PrivateEstimator`.
+    oracle, epsilon, delta, gamma, m, k, mechanism, options, ledger, ledger_label, random_state : as
+        :class:`PrivateEstimator`.
+    time_budget : "auto", None or seconds: the sampling time of the whole search, shared by its candidates
+        ("auto": ``options.time_budget`` when set, else the default of :class:`PrivateEstimator`; None: every
+        candidate samples the fewest pairs γ allows).
     repeats : public draws per candidate in its preview (default 5).
+
+    With a cluster at hand (``options`` backend "ray", ``RAY_ADDRESS``, an address, or Ray already running)
+    the candidates are sampled together, their pairs spread over the cluster at once, instead of one
+    candidate after another.
 
     Attributes
     ----------
@@ -50,7 +58,8 @@ class PrivateSearchCV(BaseEstimator):
     """
 
     def __init__(self, estimator, param_grid, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None,
-                 options=None, ledger=None, ledger_label=None, repeats=5):
+                 mechanism=None, time_budget="auto", options=None, ledger=None, ledger_label=None, repeats=5,
+                 random_state=None):
         self.estimator = estimator
         self.param_grid = param_grid
         self.oracle = oracle
@@ -63,8 +72,11 @@ class PrivateSearchCV(BaseEstimator):
         self.ledger = ledger
         self.ledger_label = ledger_label
         self.repeats = repeats
+        self.mechanism = mechanism
+        self.time_budget = time_budget
+        self.random_state = random_state
 
-    def _candidate(self, params: dict, *, ledger=None) -> PrivateEstimator:
+    def _candidate(self, params: dict, *, ledger=None, time_budget="auto") -> PrivateEstimator:
         own = {k: v for k, v in params.items() if k in _OWN}
         inner = {k: v for k, v in params.items() if k not in _OWN}
         est = clone(self.estimator)
@@ -73,8 +85,32 @@ class PrivateSearchCV(BaseEstimator):
         except ValueError as exc:
             raise InvalidArgumentError(f"param_grid: {exc}".splitlines()[0]) from None
         return PrivateEstimator(est, oracle=self.oracle, epsilon=self.epsilon, delta=self.delta, gamma=self.gamma,
-                                m=self.m, k=self.k, options=self.options, ledger=ledger,
-                                ledger_label=self.ledger_label, **own)
+                                m=self.m, k=self.k, mechanism=self.mechanism, time_budget=time_budget,
+                                options=self.options, ledger=ledger, ledger_label=self.ledger_label,
+                                random_state=self.random_state)
+
+    def _budget(self, candidates: int):
+        """Each candidate's share of the search's time budget (None: the fewest pairs)."""
+        budget = self.time_budget
+        if isinstance(budget, str) and budget == "auto":
+            from ..options import SamplerOptions
+            from .estimator import DEFAULT_TIME_BUDGET
+
+            base = SamplerOptions.of(self.options).time_budget
+            budget = base if base is not None else DEFAULT_TIME_BUDGET
+        if budget is None:
+            return None
+        return check_real(budget, "time_budget", min_value=0, include_min=False,
+                          expected='"auto", None or a positive number of seconds') / max(candidates, 1)
+
+    def _together(self) -> bool:
+        """A cluster is at hand: candidates are sampled at once, their pairs spread over it together."""
+        from ..engine import AutoBackend, RayBackend
+        from ..options import SamplerOptions
+
+        backend = SamplerOptions.of(self.options).backend
+        return isinstance(backend, RayBackend) or (isinstance(backend, AutoBackend) and backend.cluster_reason()
+                                                     is not None)
 
     def search(self, n):
         """The public part alone: preview every candidate for n records; fills ``cv_results_`` and the
@@ -88,25 +124,38 @@ class PrivateSearchCV(BaseEstimator):
         grids = self.param_grid if isinstance(self.param_grid, (list, tuple)) else [self.param_grid]
         if not grid or any(isinstance(g, dict) and not g for g in grids):
             raise InvalidArgumentError("param_grid has no candidate: give a dict of parameter name -> list of values")
-        built = [self._candidate(params) for params in grid]  # every name checked before any preview runs
+        share = self._budget(len(grid))
+        built = [self._candidate(params, time_budget=share) for params in grid]  # every name checked first
         results = {k: [] for k in ("params", "mean_private_score", "std_private_score", "nonprivate_score",
                                    "trivial_score", "sensitivity", "error")}
-        candidates = []
-        for params, cand in zip(grid, built):
+
+        def preview(cand):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    preview = cand.preview(n, repeats=repeats)
+                    return cand.preview(n, repeats=repeats), None
             except RaydpError as exc:  # public data only: a candidate that cannot be fitted is out, and says why
+                return None, exc
+
+        if self._together() and len(built) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=len(built)) as pool:
+                outcomes = list(pool.map(preview, built))
+        else:
+            outcomes = [preview(cand) for cand in built]
+        candidates = []
+        for params, cand, (previewed, exc) in zip(grid, built, outcomes):
+            if exc is not None:
                 row = dict(params=params, mean_private_score=np.nan, std_private_score=np.nan, nonprivate_score=np.nan,
                            trivial_score=np.nan, sensitivity=np.nan, error=str(exc).splitlines()[0])
                 candidates.append(None)
             else:
-                r = preview.rows[0]
+                r = previewed.rows[0]
                 row = dict(params=params, mean_private_score=r["mean"], std_private_score=r["sd"],
-                           nonprivate_score=preview.nonprivate[0],
-                           trivial_score=np.nan if preview.trivial is None else preview.trivial,
-                           sensitivity=preview.sensitivity, error=None)
+                           nonprivate_score=previewed.nonprivate[0],
+                           trivial_score=np.nan if previewed.trivial is None else previewed.trivial,
+                           sensitivity=previewed.sensitivity, error=None)
                 candidates.append(cand)
             for key in results:
                 results[key].append(row[key])
@@ -130,8 +179,9 @@ class PrivateSearchCV(BaseEstimator):
         """Search on public data for n = len(X), then fit and release the chosen candidate once on (X, y)."""
         arr, _ = as_matrix(X, "X", values=self.ledger is None)
         self.search(arr.shape[0])
-        best = self._candidate(self.best_params_, ledger=self.ledger)
+        best = self._candidate(self.best_params_, ledger=self.ledger, time_budget=self._budget(self.n_candidates_))
         best.preview_estimate_ = self._best_candidate.preview_estimate_  # its Δ̂, sampled in the search
+        best.preview_choice_ = getattr(self._best_candidate, "preview_choice_", None)  # and its mechanism's why
         self.best_estimator_ = best.fit(X, y)
         return self
 

@@ -21,8 +21,8 @@ __all__ = ["EstimatorTarget", "estimator_params"]
 def _param_json(v):
     if is_frozen(v):  # fitted on public records: named by its fitted state too, not only its class
         return {"frozen": class_path(v.estimator), "fitted_sha256": frozen_digest(v)}
-    if isinstance(v, BaseEstimator):
-        return class_path(v)  # its own parameters are listed by get_params(deep=True)
+    if isinstance(v, BaseEstimator):  # its parameters are listed by get_params(deep=True); its class by content
+        return {"class": class_path(v), **content_fields(type(v))}
     if isinstance(v, type):
         return {"class": class_path(v), **content_fields(v)}
     if isinstance(v, dict):
@@ -133,7 +133,10 @@ class EstimatorTarget:
         import sklearn
 
         return {"name": "sklearn:" + class_path(self.estimator).replace(":", "."),
-                "params": {"estimator": estimator_params(self.estimator), "released": self.params,
+                "params": {"estimator": estimator_params(self.estimator),
+                           # the class by content (its methods, class attributes, bases; a library's by name and
+                           # version): a class redefined or edited since Δ̂ was sampled is another target
+                           "class": content_fields(type(self.estimator)), "released": self.params,
                            "shapes": [list(s) for s in self.shapes], "supervised": self.supervised,
                            "integer_labels": self.integer_labels, "n_features": self.n_features,
                            "canonical": {k: {"kind": v, "reference_sha256": _digest(self.references[k])}

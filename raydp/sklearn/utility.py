@@ -36,6 +36,8 @@ __all__ = ["UtilityPreview", "UtilityWarning", "simulate", "with_params"]
 
 # The preview's own public draws: a fixed stream, apart from the skeleton's and the sampler's.
 _PREVIEW_SEED = 0x9E_71E5
+#: The share of previewed releases an interval covers (:meth:`UtilityPreview.interval`).
+INTERVAL_LEVEL = 0.8
 
 
 class UtilityWarning(UserWarning):
@@ -76,16 +78,28 @@ class UtilityPreview:
     public_steps: list = field(default_factory=list)
 
     def expected(self, epsilon: float) -> float:
-        return self._row(epsilon)["mean"]
+        return self.row(epsilon)["mean"]
+
+    def interval(self, epsilon: float, level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+        """The central ``level`` of the previewed releases' scores at ``epsilon`` (empirical quantiles of the
+        repeats): where a release is expected to land. How often real releases land in it is measured by
+        ``python jobs/sklearn_utility.py --one-liner`` (the scikit-learn guide quotes the coverage)."""
+        scores = np.asarray(self.row(epsilon)["scores"], dtype=np.float64)
+        tail = (1.0 - level) / 2.0
+        return float(np.quantile(scores, tail)), float(np.quantile(scores, 1.0 - tail))
 
     def useless(self, epsilon: float) -> bool:
         """The release is not shown to beat the trivial predictor: the expected private score less two
         standard errors stays below ``trivial + 0.1·(non-private − trivial)``."""
         if self.trivial is None:
             return False
-        row = self._row(epsilon)
+        row = self.row(epsilon)
         margin = 0.1 * max(self.nonprivate[0] - self.trivial, 0.0)
         return row["mean"] - 2 * row["sd"] / math.sqrt(max(len(row["scores"]), 1)) <= self.trivial + margin
+
+    def row(self, epsilon: float) -> dict:
+        """The preview at ``epsilon``: ``mean``, ``sd`` and the repeats' ``scores``."""
+        return self._row(epsilon)
 
     def _row(self, epsilon: float) -> dict:
         for r in self.rows:
@@ -94,12 +108,18 @@ class UtilityPreview:
         raise KeyError(f"no preview at epsilon={epsilon}; previewed: {[r['epsilon'] for r in self.rows]}")
 
     def table(self) -> str:
-        """A Markdown table: ε, expected private score ± sd, non-private, trivial."""
-        head = f"| ε | expected private {self.metric} | non-private | trivial |\n|---|---|---|---|\n"
+        """A Markdown table: ε, expected private score ± sd, where 80% of releases land, non-private, trivial."""
+        head = (f"| ε | expected private {self.metric} | {int(INTERVAL_LEVEL * 100)}% of releases in | non-private "
+                "| trivial |\n|---|---|---|---|---|\n")
         np_mean, np_sd = self.nonprivate
         triv = "—" if self.trivial is None else f"{self.trivial:.3f}"
-        return head + "\n".join(f"| {r['epsilon']:g} | {r['mean']:.3f} ± {r['sd']:.3f} | {np_mean:.3f} ± {np_sd:.3f} | "
-                                f"{triv} |" for r in self.rows)
+
+        def span(r):
+            lo, hi = self.interval(r["epsilon"])
+            return f"[{lo:.3f}, {hi:.3f}]"
+
+        return head + "\n".join(f"| {r['epsilon']:g} | {r['mean']:.3f} ± {r['sd']:.3f} | {span(r)} | "
+                                f"{np_mean:.3f} ± {np_sd:.3f} | {triv} |" for r in self.rows)
 
     def __str__(self) -> str:
         public = f"; fitted on public records: {', '.join(self.public_steps)}" if self.public_steps else ""

@@ -22,4 +22,5 @@ est = raydp.estimate_sensitivity(
     m=cfg["m"], gamma=cfg["gamma"], seed=cfg["seed"], block_size=cfg["block_size"], backend="ray",
     store=cfg["store"], resume=cfg["resume"], flush_rows=1, progress=False, **options)
 print("RESULT " + json.dumps({"delta": est.sensitivity.hex(), "failures": est.failures,
-                              "m": est.plan.m}), flush=True)
+                              "m": est.plan.m, "replayed": 0 if est.replay is None else est.replay.pairs}),
+      flush=True)

@@ -58,6 +58,7 @@ def test_golden_local(name, backend):
 
 
 @pytest.mark.parametrize("name,backend", [c for c in CASES if c[1] == "ray"])
+@pytest.mark.ray
 def test_golden_ray_and_bit_identical_to_local(name, backend, ray_session):
     import ray
 

@@ -28,7 +28,7 @@ from scipy import stats
 import raydp
 from raydp import testing as A
 from raydp import oracles, targets
-from raydp.errors import InvalidArgument, MechanismError
+from raydp.errors import InvalidArgumentError, MechanismError
 from raydp.testing import coverage, privacy
 
 ALPHA = 1e-5  # per audit: P(a correct mechanism is not passed)
@@ -67,7 +67,7 @@ def test_median_law_closed_form_equals_the_double_integral(n):
     for gamma in (0.01, 0.05, 0.1):
         q = A.median_of_uniforms_quantile(gamma, n)
         assert float(A.median_of_uniforms_cdf(q, n)) == pytest.approx(1 - gamma, abs=1e-12)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         A.median_of_uniforms_cdf(0.1, 20)  # even n: numpy averages the middle two, another law
 
 
@@ -178,9 +178,9 @@ def test_exact_failure_probability_is_the_binomial_tail():
     assert A.exact_failure_probability(10, 1, 0.1) == pytest.approx(1 - 0.1**10, rel=1e-12)
     lim = coverage._reject_limit(200, 0.01, 1e-6)
     assert coverage._binom_pvalue(lim, 200, 0.01) >= 1e-6 > coverage._binom_pvalue(lim + 1, 200, 0.01)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         A.sampler_coverage(targets.median(), oracles.uniform(), 5, lambda t: t, runs=0, gamma=0.1)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         A.sampler_coverage(targets.median(), oracles.uniform(), 5, lambda t: t, runs=2, wrong=("nope",), gamma=0.1)
 
 
@@ -311,17 +311,17 @@ def test_audit_counts_on_exact_expected_counts():
 
 def test_audit_argument_checks_and_result_fields():
     mech = raydp.Laplace(1.0)
-    with pytest.raises(InvalidArgument, match="not a neighbouring pair"):
+    with pytest.raises(InvalidArgumentError, match="not a neighbouring pair"):
         A.audit(mech, 0.0, 2.0, 1.0, samples=200)  # distance 2 > Δ = 1
-    with pytest.raises(InvalidArgument, match="equal"):
+    with pytest.raises(InvalidArgumentError, match="equal"):
         A.audit(mech, 1.0, 1.0, 1.0, samples=200)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         A.audit(mech, 0.0, 1.0, 1.0, samples=10)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         A.audit(mech, 0.0, 1.0, 1.0, samples=200, alpha=0.0)
     with pytest.raises(MechanismError):
         A.audit(mech, 0.0, 1.0, 0.0, samples=200)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         A.Miscalibrated(mech, 0.0)
     bad = A.Miscalibrated(mech, 0.5)
     assert bad.norm == "l1" and bad.privacy() == (1.0, 0.0) and bad.noise_scale(1.0) == 0.5
@@ -335,6 +335,7 @@ def test_audit_argument_checks_and_result_fields():
 # (c) the job, tiny
 
 
+@pytest.mark.subprocess
 def test_audit_job_tiny(tmp_path, capsys):
     """The job end to end at tiny sizes (few runs, few samples); checks the files and the table.
 

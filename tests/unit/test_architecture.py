@@ -6,7 +6,7 @@ may go to the same room or to a lower floor, never up; and no set of modules may
 a circle. A new module must be given a room here (the test says so), which is the point: its place
 is a decision. ARCHITECTURE.md draws the same floors.
 
-    python tests/test_architecture.py      # prints the rooms, floor by floor, with what each imports
+    python tests/unit/test_architecture.py      # prints the rooms, floor by floor, with what each imports
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ PACKAGE = ROOT / "raydp"
 # Floors, lowest first. A room is a module or a whole subpackage.
 FLOORS: list[tuple[str, ...]] = [
     ("raydp._version", "raydp.errors"),
-    ("raydp.validation", "raydp.fingerprint", "raydp.silence"),
+    ("raydp.validation", "raydp.fingerprint"),
     ("raydp.identity", "raydp.plan", "raydp.noise", "raydp.tables"),
     ("raydp.mechanisms", "raydp.targets", "raydp.oracles"),
     ("raydp.engine",),
-    ("raydp.store", "raydp.estimate", "raydp.ledger"),
+    ("raydp.store", "raydp.estimate", "raydp.ledger", "raydp.seal"),
     ("raydp.options",),
     ("raydp.sampler",),
     ("raydp.release",),

@@ -22,7 +22,7 @@ from scipy import integrate, stats
 import raydp
 from raydp import baselines as B
 from raydp import oracles
-from raydp.errors import InvalidArgument, MechanismError, TargetError
+from raydp.errors import InvalidArgumentError, MechanismError, TargetError
 
 from paths import REPO as ROOT
 ALPHA = 1e-4  # false-alarm probability of each statistical test
@@ -270,9 +270,9 @@ def test_block_values_partition_and_local_backend():
     x = np.arange(20.0)
     z = B.block_values(x, np.mean, 4, backend="local")
     np.testing.assert_allclose(z, [np.mean(x[j::4]) for j in range(4)])
-    with pytest.raises(InvalidArgument, match="exceeds the number of records"):
+    with pytest.raises(InvalidArgumentError, match="exceeds the number of records"):
         B.block_values(x, np.mean, 21, backend="local")
-    with pytest.raises(InvalidArgument, match="backend"):
+    with pytest.raises(InvalidArgumentError, match="backend"):
         B.block_values(x, np.mean, 2, backend="spark")
     with pytest.raises(TargetError, match="block 0"):
         B.block_values(x, lambda b: float("nan"), 2, backend="local")
@@ -289,6 +289,7 @@ def test_sample_and_aggregate_is_accurate_with_a_large_budget():
     assert a < 1.0 < b
 
 
+@pytest.mark.ray
 def test_sample_and_aggregate_blocks_as_ray_tasks_match_local(ray_session):
     rng = np.random.default_rng(12)
     x = rng.normal(size=600)
@@ -304,31 +305,31 @@ def test_sample_and_aggregate_blocks_as_ray_tasks_match_local(ray_session):
 
 def test_invalid_arguments_are_refused_with_clear_messages():
     x = np.array([0.1, 0.5, 0.9])
-    with pytest.raises(InvalidArgument, match="public range"):
+    with pytest.raises(InvalidArgumentError, match="public range"):
         B.smooth_sensitivity_median([0.1, 2.0], 1.0, 0.0, 1.0)
-    with pytest.raises(InvalidArgument, match="beta"):
+    with pytest.raises(InvalidArgumentError, match="beta"):
         B.smooth_sensitivity_median(x, 0.0, 0.0, 1.0)
-    with pytest.raises(InvalidArgument, match="lower < upper"):
+    with pytest.raises(InvalidArgumentError, match="lower < upper"):
         B.smooth_sensitivity_median(x, 1.0, 1.0, 1.0)
-    with pytest.raises(InvalidArgument, match="NaN"):
+    with pytest.raises(InvalidArgumentError, match="NaN"):
         B.local_sensitivity_median([0.1, np.nan], 0.0, 1.0)
     with pytest.raises(MechanismError, match="epsilon"):
         B.global_median_release(x, -1.0, 0.0, 1.0)
     with pytest.raises(MechanismError, match="delta"):
         B.ptr_median(x, 1.0, 0.0, 0.1, 0.0, 1.0)
-    with pytest.raises(InvalidArgument, match="bound"):
+    with pytest.raises(InvalidArgumentError, match="bound"):
         B.ptr_median(x, 1.0, 1e-6, -0.1, 0.0, 1.0)
-    with pytest.raises(InvalidArgument, match="exponent"):
+    with pytest.raises(InvalidArgumentError, match="exponent"):
         B.smooth_median_release(x, 1.0, 0.0, 1.0, exponent=1.5)
-    with pytest.raises(InvalidArgument, match="increasing"):
+    with pytest.raises(InvalidArgumentError, match="increasing"):
         B.inverse_sensitivity_median(x, 1.0, 0.0, 1.0, grid=[0.5, 0.2, 0.9])
-    with pytest.raises(InvalidArgument, match="outside the public range"):
+    with pytest.raises(InvalidArgumentError, match="outside the public range"):
         B.exponential_quantile(x, 0.5, 1.0, 0.0, 1.0, grid=[0.0, 2.0])
-    with pytest.raises(InvalidArgument, match="q must"):
+    with pytest.raises(InvalidArgumentError, match="q must"):
         B.exponential_quantile(x, 1.5, 1.0, 0.0, 1.0)
-    with pytest.raises(InvalidArgument, match="too large"):
+    with pytest.raises(InvalidArgumentError, match="too large"):
         B.smooth_sensitivity_bruteforce(B.lower_median, np.zeros(12), 1.0, np.arange(10.0))
-    with pytest.raises(InvalidArgument, match="1-D"):
+    with pytest.raises(InvalidArgumentError, match="1-D"):
         B.lower_median(np.zeros((2, 2)))
 
 
@@ -349,6 +350,7 @@ def test_global_releases_and_the_median_target():
 # ----------------------------------------------------------------------------- the job
 
 
+@pytest.mark.subprocess
 def test_compare_baselines_job_tiny_run(tmp_path):
     import pyarrow.parquet as pq
 

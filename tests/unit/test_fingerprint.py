@@ -19,7 +19,7 @@ import pytest
 
 import raydp
 from raydp import SamplerOptions, oracles, targets
-from raydp.errors import EstimateMismatchError, StoreError
+from raydp.errors import EstimateMismatchError, StoreError, TargetError
 from raydp.fingerprint import content_digest
 from raydp.identity import describe
 
@@ -162,6 +162,7 @@ print(json.dumps([describe(t.stat), describe(functools.partial(t.stat, scale=3))
 """
 
 
+@pytest.mark.subprocess
 def test_the_description_is_the_same_in_every_process():
     """What a store or a ledger records must be recomputable elsewhere: two fresh interpreters with
     different hash seeds (set order) give the same descriptions, and they equal this process's."""
@@ -180,7 +181,9 @@ def test_the_description_is_the_same_in_every_process():
 
 
 class Locked:
-    """A target holding a lock: its content cannot be read (a lock does not pickle)."""
+    """A target holding a lock: its content cannot be read (a lock does not pickle), so it is not
+    statically verifiable. It pickles without the lock (a fresh one on the other side), so it can be
+    sent to the sealed process that evaluates it on the private data."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -189,17 +192,38 @@ class Locked:
         with self.lock:
             return np.array([np.mean(d)])
 
+    def __getstate__(self):
+        return {}
 
-def test_a_target_without_a_fingerprint_works_in_one_call_and_is_refused_for_reuse(tmp_path):
+    def __setstate__(self, state):
+        self.lock = threading.Lock()
+
+
+class Unpicklable(Locked):
+    def __getstate__(self):
+        return {"lock": self.lock}
+
+
+def test_a_target_without_a_fingerprint_is_reused_only_after_its_witnesses_were_replayed(tmp_path):
     r = raydp.sample_then_respond(DATA, Locked(), raydp.Laplace(1.0), oracle=oracles.exponential(1.0),
                                   gamma=0.1, seed=1)
     assert np.isfinite(r.sensitivity)
     est = _estimate(Locked())
-    with pytest.raises(EstimateMismatchError, match=r"cannot be fingerprinted by content .*identity\(\)"):
-        _release(Locked(), est)
-    with pytest.raises(StoreError, match=r"cannot be fingerprinted by content .*identity\(\)"):
-        _estimate(Locked(), store=str(tmp_path / "s"))
+    assert "unfingerprintable" in est.target
+    assert _release(Locked(), est).replay.pairs >= 1  # replay decided, and accepted: the same function
+    with pytest.raises(EstimateMismatchError, match=r"not statically verifiable .*replay is off"):
+        raydp.sample_then_respond(DATA, Locked(), raydp.Laplace(1.0), estimate=est, replay=False)
+    with pytest.raises(StoreError, match=r"not statically verifiable .*replay is off"):
+        _estimate(Locked(), store=str(tmp_path / "s"), replay=False)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_target_that_cannot_be_pickled_is_refused_before_the_private_data_is_read():
+    """The private evaluation runs in a sealed process; a target that cannot be sent there is refused
+    in one line, and nothing reaches the data."""
+    with pytest.raises(TargetError, match=r"cannot be sent to the sealed process .*picklable"):
+        raydp.sample_then_respond(DATA, Unpicklable(), raydp.Laplace(1.0), oracle=oracles.exponential(1.0),
+                                  gamma=0.1, seed=1)
 
 
 class LockedWithIdentity(Locked):

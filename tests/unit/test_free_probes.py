@@ -65,7 +65,7 @@ def _files(tmp_path) -> dict:
 
 def _release(store, data, ledger, eps="0.6"):
     return ["release", "--store", store, "--data", data, "--target", "raydp.targets:mean", "--epsilon", eps,
-            "--ledger", ledger]
+            "--gamma", "0.1", "--ledger", ledger]
 
 
 BAD = ["missing.parquet", "nan.parquet", "missing.csv", "text.csv", "short.csv"]
@@ -102,7 +102,7 @@ def test_with_budget_left_a_bad_cell_is_charged_and_refused_like_any_failure(tmp
 def test_without_a_ledger_the_bad_cells_are_counted_up_front(tmp_path, store, capsys):
     files = _files(tmp_path)
     argv = ["release", "--store", store, "--data", files["missing.parquet"], "--target", "raydp.targets:mean",
-            "--epsilon", "1"]
+            "--epsilon", "1", "--gamma", "0.1"]
     code, out, err = _cli(argv, capsys)
     assert code == 2 and "missing values in columns: x (3)" in err, err
 
@@ -155,6 +155,7 @@ def _frames(private):
                   "nullable Int64 label with pd.NA": (X, y.astype("Int64").mask(y.index == 5))}
 
 
+@pytest.mark.slow
 def test_private_estimator_probes_cost_budget_or_are_refused_by_type(tmp_path, sk_data):
     """Every bad frame either is refused for its declared type (object columns: the same message
     whichever cell is bad, and whether or not any is) or is charged and refused like any failure."""
@@ -181,6 +182,7 @@ def test_private_estimator_probes_cost_budget_or_are_refused_by_type(tmp_path, s
     assert ledger.entries()[-1]["status"] == "released" and fitted.score(X.to_numpy(), y.to_numpy()) > 0.5
 
 
+@pytest.mark.slow
 def test_a_binary_search_over_rows_costs_budget_at_every_step(tmp_path, sk_data):
     """The attack of the issue: halve the frame until the refusal moves. Each step now charges ε,
     and the first step already gets the same refusal as the last."""

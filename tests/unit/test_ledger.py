@@ -16,7 +16,7 @@ import raydp
 from raydp import ledger as ledger_mod
 from raydp import oracles, targets
 from raydp.cli import main
-from raydp.errors import BudgetError, InvalidArgument
+from raydp.errors import BudgetError, InvalidArgumentError, InvalidTypeError
 from raydp.ledger import Ledger
 
 N = 200
@@ -34,18 +34,33 @@ def data():
 
 
 class RecordingLaplace(raydp.Laplace):
-    """A Laplace mechanism that records each call to release() (where the noise is drawn)."""
+    """A Laplace mechanism that records each call to release() (where the noise is drawn) in a file:
+    the release runs in a sealed process of its own, so the record must cross a process boundary.
+    With ``ledger``, each record is the ledger file's entries as they were on disk at that moment."""
 
-    def __init__(self, epsilon, on_release=None):
+    def __init__(self, epsilon, log, ledger=None):
         super().__init__(epsilon)
-        self.calls = 0
-        self.on_release = on_release
+        self.log, self.ledger = str(log), None if ledger is None else str(ledger)
 
     def release(self, value, sensitivity):
-        self.calls += 1
-        if self.on_release is not None:
-            self.on_release()
+        seen = None if self.ledger is None else json.loads(open(self.ledger).read())["entries"]
+        with open(self.log, "a") as f:
+            f.write(json.dumps(seen) + "\n")
         return super().release(value, sensitivity)
+
+    def records(self) -> list:
+        try:
+            with open(self.log) as f:
+                return [json.loads(line) for line in f]
+        except FileNotFoundError:
+            return []
+
+
+class CrashingLaplace(raydp.Laplace):
+    """A Laplace mechanism whose noise sampler crashes with a message."""
+
+    def release(self, value, sensitivity):
+        raise RuntimeError("noise sampler crashed")
 
 
 def charge(led, eps, delta=0.0, gamma=0.1, **kw):
@@ -85,10 +100,11 @@ def test_spends_are_summed_exactly(tmp_path):
 def test_totals_are_validated_fixed_and_checked_on_reopen(tmp_path):
     for bad in ({"epsilon_total": 0.0}, {"epsilon_total": -1.0}, {"epsilon_total": float("inf")},
                 {"epsilon_total": float("nan")}, {"epsilon_total": 1.0, "delta_total": 1.0},
-                {"epsilon_total": 1.0, "delta_total": -1e-9}, {"epsilon_total": 1.0, "delta_total": float("nan")},
-                {"epsilon_total": "1"}):
-        with pytest.raises(InvalidArgument):
+                {"epsilon_total": 1.0, "delta_total": -1e-9}, {"epsilon_total": 1.0, "delta_total": float("nan")}):
+        with pytest.raises(InvalidArgumentError):
             Ledger.create(tmp_path / "bad.json", **bad)
+    with pytest.raises(InvalidTypeError):
+        Ledger.create(tmp_path / "bad.json", epsilon_total="1")
     assert not (tmp_path / "bad.json").exists()
     with pytest.raises(BudgetError, match="no ledger at"):
         Ledger(tmp_path / "missing.json")
@@ -107,16 +123,18 @@ def test_totals_are_validated_fixed_and_checked_on_reopen(tmp_path):
         Ledger(tmp_path / "l.json", epsilon_total=3.0)
     with pytest.raises(BudgetError, match="delta_total stored 1e-06, given 0.0"):
         Ledger(tmp_path / "l.json", epsilon_total=2.0, delta_total=0.0)
-    with pytest.raises(InvalidArgument, match="local file"):
+    with pytest.raises(InvalidArgumentError, match="local file"):
         Ledger.create("s3://bucket/ledger.json", epsilon_total=1.0)
 
 
 def test_requests_are_validated(tmp_path):
     led = Ledger.create(tmp_path / "l.json", epsilon_total=1.0, delta_total=0.5)
     for eps, delta, gamma in ((0.0, 0.0, 0.1), (float("nan"), 0.0, 0.1), (0.1, 1.0, 0.1), (0.1, -1e-9, 0.1),
-                              (0.1, 0.0, 1.0), (0.1, 0.0, -0.1), (True, 0.0, 0.1)):
-        with pytest.raises(InvalidArgument):
+                              (0.1, 0.0, 1.0), (0.1, 0.0, -0.1)):
+        with pytest.raises(InvalidArgumentError):
             led.reserve(eps, delta, gamma, mechanism="laplace", sensitivity=1.0)
+    with pytest.raises(InvalidTypeError):
+        led.reserve(True, 0.0, 0.1, mechanism="laplace", sensitivity=1.0)
     assert led.entries() == []
 
 
@@ -125,29 +143,26 @@ def test_requests_are_validated(tmp_path):
 def test_over_budget_release_is_refused_before_any_noise(tmp_path, est, data):
     path = tmp_path / "l.json"
     led = Ledger.create(path, epsilon_total=1.0)
-    mech = RecordingLaplace(0.6)
+    mech = RecordingLaplace(0.6, tmp_path / "calls")
     r = raydp.sample_then_respond(data, targets.mean(), mech, estimate=est, ledger=led)
-    assert mech.calls == 1 and r.ledger["entry"] == 1 and led.spent() == (0.6, 0.0)
+    assert len(mech.records()) == 1 and r.ledger["entry"] == 1 and led.spent() == (0.6, 0.0)
     before = path.read_bytes()
     with pytest.raises(BudgetError, match=r"ε: spent 0\.6 \+ requested 0\.6 > total 1\b.*nothing was released"):
         raydp.sample_then_respond(data, targets.mean(), mech, estimate=est, ledger=led)
-    assert mech.calls == 1  # release() was never reached: no noise drawn
+    assert len(mech.records()) == 1  # release() was never reached: no noise drawn
     assert path.read_bytes() == before
     # a path works too, and a release that fits still goes through
-    r = raydp.sample_then_respond(data, targets.mean(), RecordingLaplace(0.4), estimate=est, ledger=str(path))
+    r = raydp.sample_then_respond(data, targets.mean(), RecordingLaplace(0.4, tmp_path / "calls2"), estimate=est,
+                                  ledger=str(path))
     assert r.ledger["composed"]["epsilon"] == 1.0 and led.remaining() == (0.0, 0.0)
 
 
 def test_charge_is_on_disk_before_release_draws_noise(tmp_path, est, data):
     path = tmp_path / "l.json"
     led = Ledger.create(path, epsilon_total=1.0)
-    seen = []
-
-    def read_ledger_file():
-        seen.append(json.loads(path.read_text())["entries"])
-
-    mech = RecordingLaplace(0.25, on_release=read_ledger_file)
+    mech = RecordingLaplace(0.25, tmp_path / "calls", ledger=path)
     raydp.sample_then_respond(data, targets.mean(), mech, estimate=est, ledger=led, ledger_label="q1")
+    seen = mech.records()
     assert len(seen) == 1 and len(seen[0]) == 1
     entry = seen[0][0]
     assert (entry["status"], entry["epsilon"], entry["delta"], entry["gamma"]) == ("reserved", 0.25, 0.0, 0.1)
@@ -158,17 +173,13 @@ def test_charge_is_on_disk_before_release_draws_noise(tmp_path, est, data):
 def test_a_failed_release_stays_counted_and_cancel_is_explicit(tmp_path, est, data):
     led = Ledger.create(tmp_path / "l.json", epsilon_total=1.0)
 
-    def boom():
-        raise RuntimeError("noise sampler crashed")
-
     # without a ledger the mechanism's own message is withheld (it may quote the private answer), its type named
     with pytest.raises(raydp.MechanismError, match="raised RuntimeError") as info:
-        raydp.sample_then_respond(data, targets.mean(), RecordingLaplace(0.5, on_release=boom), estimate=est)
+        raydp.sample_then_respond(data, targets.mean(), CrashingLaplace(0.5), estimate=est)
     assert "crashed" not in str(info.value)
     # with a ledger nothing about why comes back (it could depend on the data): one answer, counted
     with pytest.raises(raydp.TargetError, match="release failed on the private data; why is withheld") as info:
-        raydp.sample_then_respond(data, targets.mean(), RecordingLaplace(0.5, on_release=boom), estimate=est,
-                                  ledger=led)
+        raydp.sample_then_respond(data, targets.mean(), CrashingLaplace(0.5), estimate=est, ledger=led)
     assert "crashed" not in str(info.value) and "RuntimeError" not in str(info.value)
     assert [e["status"] for e in led.entries()] == ["failed"] and led.spent() == (0.5, 0.0)
     # a caller that knows no noise was drawn may give the budget back, once
@@ -254,6 +265,7 @@ def _race(path, use_lock, procs=8):
     return codes.count(0)
 
 
+@pytest.mark.subprocess
 def test_racing_processes_cannot_overspend(tmp_path):
     path = tmp_path / "l.json"
     Ledger.create(path, epsilon_total=1.0)
@@ -296,17 +308,18 @@ def test_damage_after_opening_refuses_and_never_recreates(tmp_path, est, data):
     led = Ledger.create(path, epsilon_total=1.0)
     charge(led, 0.5)
     path.write_text(path.read_text()[:-20])  # torn by something other than raydp
-    mech = RecordingLaplace(0.1)
+    mech = RecordingLaplace(0.1, tmp_path / "calls")
     with pytest.raises(BudgetError, match="is corrupt"):
         raydp.sample_then_respond(data, targets.mean(), mech, estimate=est, ledger=led)
     path.unlink()
     with pytest.raises(BudgetError, match="disappeared"):
         raydp.sample_then_respond(data, targets.mean(), mech, estimate=est, ledger=led)
-    assert mech.calls == 0 and not path.exists()
+    assert mech.records() == [] and not path.exists()
 
 
 # ---- command line ---------------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_cli_release_with_ledger_and_show(tmp_path, capsys):
     store, ledger, data = str(tmp_path / "est"), str(tmp_path / "ledger.json"), str(tmp_path / "private.npy")
     assert main(["estimate", "--target", "raydp.targets:mean", "--oracle", "raydp.oracles:exponential",
@@ -315,7 +328,7 @@ def test_cli_release_with_ledger_and_show(tmp_path, capsys):
     np.save(data, np.random.default_rng(0).exponential(1.0, 200))
     assert main(["ledger", "create", ledger, "--epsilon-total", "1"]) == 0
     release = ["release", "--estimate", store, "--data", data, "--target", "raydp.targets:mean",
-               "--epsilon", "0.6", "--ledger", ledger, "--budget-epsilon", "1"]
+               "--epsilon", "0.6", "--gamma", "0.1", "--ledger", ledger, "--budget-epsilon", "1"]
     capsys.readouterr()
     assert main(release + ["--json", "--label", "first"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -22,7 +22,9 @@ from runs import mean_run as _est
 
 
 class RaisesAboveMark:
-    """A target whose failure depends on the private data (it raises when max(data) > threshold)."""
+    """A target whose failure depends on the private data (it raises when max(data) > threshold). With a
+    threshold far above what the oracle (Exp(1), 51 records) ever draws, it computes the mean on every
+    oracle database: its witness pairs replay as the mean's did."""
 
     def __init__(self, threshold):
         self.threshold = threshold
@@ -43,9 +45,9 @@ def test_target_on_private_data_is_charged_first_and_refusal_is_identical(tmp_pa
     est = _est(n=50, m=400, block_size=None)
     ledger = Ledger.create(tmp_path / "l.json", epsilon_total=1.0)
     low = np.full(50, 0.5)
-    high = np.full(50, 5.0)
+    high = np.full(50, 500.0)
     # a failing release is charged and counted
-    target = RaisesAboveMark(1.0)
+    target = RaisesAboveMark(100.0)
     with pytest.raises(TargetError) as failed:
         raydp.sample_then_respond(high, target, raydp.Laplace(0.5), estimate=est, ledger=ledger)
     assert ledger.spent() == (0.5, 0.0) and ledger.entries()[-1]["status"] == "failed"
@@ -56,7 +58,7 @@ def test_target_on_private_data_is_charged_first_and_refusal_is_identical(tmp_pa
     # spent: the same refusal, whatever the data, and the target never sees it
     messages = set()
     for data in (low, high):
-        t = RaisesAboveMark(1.0)
+        t = RaisesAboveMark(100.0)
         with pytest.raises(BudgetError) as refused:
             raydp.sample_then_respond(data, t, raydp.Laplace(0.5), estimate=est, ledger=ledger)
         assert t.calls == 0
@@ -74,7 +76,7 @@ def test_wrong_size_on_private_data_is_charged_and_uniform(tmp_path):
     est = _est(n=50, m=400, block_size=None)
     ledger = Ledger.create(tmp_path / "l.json", epsilon_total=2.0)
     errs = []
-    for target, data in ((RaisesAboveMark(1.0), np.full(50, 5.0)), (WrongSizeAboveMark(1.0), np.full(50, 5.0))):
+    for target, data in ((RaisesAboveMark(100.0), np.full(50, 500.0)), (WrongSizeAboveMark(100.0), np.full(50, 500.0))):
         with pytest.raises(raydp.errors.RaydpError) as exc:
             raydp.sample_then_respond(data, target, raydp.Laplace(0.5), estimate=est, ledger=ledger)
         errs.append((type(exc.value), str(exc.value).split(" (ledger entry")[0]))
@@ -105,7 +107,7 @@ def test_hard_linked_ledger_is_refused(tmp_path):
 
 def _release_argv(store, data, ledger, *extra):
     return ["release", "--store", store, "--data", data, "--target", "raydp.targets:mean", "--epsilon", "0.6",
-            "--ledger", ledger, *extra]
+            "--gamma", "0.1", "--ledger", ledger, *extra]
 
 
 def test_missing_ledger_is_never_created_by_a_release(tmp_path, small_store, capsys):
@@ -127,6 +129,7 @@ def test_missing_ledger_is_never_created_by_a_release(tmp_path, small_store, cap
         Ledger(ledger, epsilon_total=1.0)
 
 
+@pytest.mark.subprocess
 def test_deleting_the_lock_file_cannot_let_two_spends_in(tmp_path):
     path = tmp_path / "l.json"
     Ledger.create(path, epsilon_total=1.0)

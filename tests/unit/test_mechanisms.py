@@ -116,6 +116,7 @@ def test_analytic_sigma_extreme_parameters_are_finite_and_monotone():
 # Exponential
 
 
+@pytest.mark.slow
 def test_exponential_selection_frequencies():
     # ALPHA = 1e-4: chi-square goodness of fit of 20k selections to exp(ε s / 2Δ)
     eps, sens = 1.0, 0.5

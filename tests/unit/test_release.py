@@ -9,7 +9,7 @@ from scipy import stats
 
 import raydp
 from raydp import oracles, targets
-from raydp.errors import EstimateMismatchError, InvalidArgument
+from raydp.errors import EstimateMismatchError, InvalidArgumentError
 from raydp.engine.progress import Progress
 from paths import REPO
 
@@ -32,11 +32,12 @@ def test_sampled_sensitivity_does_not_depend_on_the_private_data():
     assert (a.epsilon, a.delta, a.gamma) == (1.0, 0.0, 0.1)
 
 
+@pytest.mark.slow
 def test_release_is_value_plus_laplace_noise(est):
     data = np.random.default_rng(1).exponential(1.0, N)
     mech = raydp.Laplace(2.0)
     draws = np.array([float(raydp.sample_then_respond(data, targets.mean(), mech, estimate=est).value)
-                      for _ in range(2000)])
+                      for _ in range(300)])
     scale = est.sensitivity / 2.0
     # KS test of the noise against Laplace(0, Δ̂/ε); false-alarm rate 1e-4 (OpenDP noise is not seedable)
     assert stats.kstest(draws - data.mean(), "laplace", args=(0, scale)).pvalue > 1e-4
@@ -70,10 +71,22 @@ def test_mismatched_estimates_are_refused(est):
 
 def test_estimate_xor_sampling_arguments(est):
     data = np.ones(N)
-    with pytest.raises(InvalidArgument, match="do not also give"):
-        raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0), estimate=est, gamma=0.1)
-    with pytest.raises(InvalidArgument, match="either estimate"):
+    with pytest.raises(InvalidArgumentError, match="do not also give"):
+        raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0), estimate=est, m=285)
+    with pytest.raises(InvalidArgumentError, match="do not also give"):
+        raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0), estimate=est, seed=3)
+    with pytest.raises(InvalidArgumentError, match="either estimate"):
         raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0))
+
+
+def test_gamma_next_to_an_estimate_is_the_gamma_expected(est):
+    """An estimate whose plan gives another γ than the caller expects is refused (an edited plan gave a
+    Δ̂ 7x smaller, visible only in the statement); the expected γ is accepted."""
+    data = np.ones(N)
+    r = raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0), estimate=est, gamma=0.1)
+    assert r.gamma == 0.1
+    with pytest.raises(EstimateMismatchError, match="gamma=0.1.*not the gamma=0.05"):
+        raydp.sample_then_respond(data, targets.mean(), raydp.Laplace(1.0), estimate=est, gamma=0.05)
 
 
 def test_statement_names_the_guarantee(est):

@@ -10,7 +10,7 @@ import raydp
 from raydp import oracles, targets
 from raydp.engine import LocalBackend
 from raydp.engine.blocks import PairJob, default_block_size, probe_output_dim
-from raydp.errors import InvalidArgument, OracleError, TargetError
+from raydp.errors import InvalidArgumentError, InvalidTypeError, OracleError, TargetError
 from raydp.engine.reduce import TopK, kth_smallest
 
 
@@ -147,14 +147,15 @@ def test_topk_merge_in_any_tree_equals_full_sort():
         assert flat.order_statistic() == tree.order_statistic() == kth_smallest(full, k)
 
 
-@pytest.mark.parametrize("bad, kw", [
-    ("n", dict(n=0)), ("n", dict(n=2.5)), ("seed", dict(seed=-1)), ("block_size", dict(block_size=0)),
-    ("backend", dict(backend="spark")),
+@pytest.mark.parametrize("bad, kw, error", [
+    ("n", dict(n=0), InvalidArgumentError), ("n", dict(n=2.5), InvalidTypeError),
+    ("seed", dict(seed=-1), InvalidArgumentError), ("block_size", dict(block_size=0), InvalidArgumentError),
+    ("backend", dict(backend="spark"), InvalidArgumentError),
 ])
-def test_estimate_validates_arguments(bad, kw):
+def test_estimate_validates_arguments(bad, kw, error):
     args = dict(n=10, m=100, progress=False)
     args.update(kw)
-    with pytest.raises(InvalidArgument, match=bad):
+    with pytest.raises(error, match=bad):
         raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), **args)
 
 

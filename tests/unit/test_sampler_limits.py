@@ -33,6 +33,7 @@ def test_a_plan_that_cannot_fit_is_refused_before_anything_is_written(tmp_path, 
     assert not store.exists()
 
 
+@pytest.mark.subprocess
 def test_an_interrupted_extension_keeps_the_smaller_estimate(tmp_path):
     uri = tmp_path / "s"
     first = _est(store=str(uri))

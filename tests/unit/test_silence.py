@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from paths import CHILDREN, REPO
 
+pytestmark = pytest.mark.subprocess  # every test runs tests/children/noisy_release.py
+
 CHILD = CHILDREN / "noisy_release.py"
 MARKER = "PRIVATE-73519.86420753"
 ROOT = REPO
@@ -67,6 +69,7 @@ def test_liblinear_verbose_lines_of_the_private_fit_never_reach_stdout():
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_release_inside_a_ray_worker_prints_nothing_private():
     """The same release run as a Ray task: the worker's descriptors are its log files, which Ray streams
     to the driver. The worker's ``AFTER-`` lines reach the driver (forwarding works); the marker reaches

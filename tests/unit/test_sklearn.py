@@ -33,7 +33,7 @@ from raydp.sklearn import EstimatorTarget, PrivateEstimator, fitted_float_params
 from raydp.sklearn.estimator import _PUBLIC_SEED
 from paths import JOBS
 
-FAST = dict(gamma=0.3)  # m = k = 24 pairs
+FAST = dict(gamma=0.3, time_budget=None)  # m = k = 24 pairs (the fewest: no time budget)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -96,6 +96,7 @@ def local_fits(request):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.slow
 def test_every_linear_model_is_private_in_one_line(name, local_fits, request):
     make, data = MODELS[name]
     public, X, y = request.getfixturevalue(data)
@@ -128,6 +129,7 @@ def test_every_linear_model_is_private_in_one_line(name, local_fits, request):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_every_linear_model_on_ray_gives_the_same_sensitivity(ray_session, local_fits, request):
     for name, (make, data) in MODELS.items():
         public, X, y = request.getfixturevalue(data)
@@ -151,6 +153,7 @@ def test_large_epsilon_recovers_the_non_private_model(cancer):
     assert plain.score(Xte, yte) > 0.9 and pe.score(Xte, yte) >= plain.score(Xte, yte) - 0.03
 
 
+@pytest.mark.slow
 def test_one_line_from_a_pipeline_and_nothing_private_left_in_the_model(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
@@ -224,7 +227,8 @@ def test_sklearn_estimator_checks(check):
 
     rng = np.random.default_rng(0)
     public = np.column_stack([rng.normal(size=(300, 2)), rng.integers(0, 2, 300)])
-    pe = PrivateEstimator(LogisticRegression(), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, options=SamplerOptions(seed=0))
+    pe = PrivateEstimator(LogisticRegression(), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3, time_budget=None,
+                          options=SamplerOptions(seed=0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         getattr(estimator_checks, check)("PrivateEstimator", pe)
@@ -300,7 +304,11 @@ def test_estimate_is_reused_in_memory_and_checked(cancer):
                          gamma=0.2).fit(X, y)
     with pytest.raises(EstimateMismatchError, match="l1"):   # Laplace Δ̂ for a Gaussian release
         PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, delta=1e-6, estimate=first.estimate_,
-                         **FAST).fit(X, y)
+                         mechanism="gaussian", **FAST).fit(X, y)
+    # with the mechanism left to choose, the estimate's norm chooses: a Laplace release at (ε, δ)
+    auto = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracle, epsilon=1.0, delta=1e-6,
+                            estimate=first.estimate_, **FAST).fit(X, y)
+    assert auto.release_.mechanism["name"] == "laplace" and auto.release_.delta == 0.0
 
 
 def test_ledger_is_charged_and_refuses_when_spent(cancer, tmp_path):
@@ -345,7 +353,14 @@ def test_mechanism_choice(cancer):
     oracle = oracles.bootstrap(public)
     make = lambda **kw: PrivateEstimator(Ridge(), oracle=oracle, **FAST, **kw, options=SamplerOptions(seed=0))  # noqa: E731
     assert make(epsilon=2.0).fit(X, y).release_.mechanism["name"] == "laplace"
-    assert make(epsilon=2.0, delta=1e-5).fit(X, y).estimate_.norm == "l2"   # analytic: ε ≥ 1 is fine
+    assert make(epsilon=2.0, delta=1e-5, mechanism="gaussian").fit(X, y).estimate_.norm == "l2"  # analytic: ε ≥ 1
+    # with δ > 0 and the mechanism left to choose, both are sampled and previewed; the better one releases
+    auto = make(epsilon=2.0, delta=1e-5).fit(X, y)
+    previews = auto.mechanism_choice_["previews"]
+    assert set(previews) == {"laplace", "gaussian"}
+    assert auto.release_.mechanism["name"] == max(previews, key=lambda name: previews[name]["mean"])
+    assert auto.estimate_.norm == {"laplace": "l1", "gaussian": "l2"}[auto.release_.mechanism["name"]]
+    assert f"{auto.release_.mechanism['name']} chosen" in auto.statement()
     own = make(epsilon=0.5, delta=1e-5, mechanism=raydp.Gaussian(0.5, 1e-5, calibration="classic")).fit(X, y)
     assert own.release_.mechanism["params"]["calibration"] == "classic"
     with pytest.raises(InvalidArgumentError, match="make them agree"):
@@ -441,6 +456,7 @@ def test_smaller_refusals_are_one_line_and_auto_is_the_default(cancer):
     assert chosen.startswith("local (auto:") or chosen == "ray (Ray is already initialised in this process)", chosen
 
 
+@pytest.mark.slow
 def test_params_override_and_failing_pairs(cancer):
     public, X, y = cancer
     oracle = oracles.bootstrap(public)
@@ -494,6 +510,7 @@ def test_kmeans_centres_and_pca_axes_are_canonicalised():
 
 
 @pytest.mark.parametrize("lam", [0.1, 0.01])
+@pytest.mark.slow
 def test_sampled_sensitivity_is_below_chaudhuri_bound(lam):
     """L2-regularised logistic regression without intercept on rows with ‖x‖ ≤ 1: ℓ2 sensitivity ≤ 2/(nλ)
     (Chaudhuri, Monteleoni & Sarwate 2011, Cor. 8) for min (1/n)Σ log(1 + exp(-y w·x)) + (λ/2)‖w‖².
@@ -511,7 +528,8 @@ def test_sampled_sensitivity_is_below_chaudhuri_bound(lam):
     Z /= np.linalg.norm(Z, axis=1, keepdims=True) * (1 + 1e-12)   # every row: ‖x‖ < 1
     n = 200
     model = LogisticRegression(C=1 / (n * lam), fit_intercept=False, tol=1e-10, max_iter=10_000)
-    pe = PrivateEstimator(model, oracle=oracles.bootstrap(np.column_stack([Z[:half], y[:half]])), epsilon=1.0, delta=1e-5, gamma=0.2, options=SamplerOptions(seed=1))
+    pe = PrivateEstimator(model, oracle=oracles.bootstrap(np.column_stack([Z[:half], y[:half]])), epsilon=1.0, delta=1e-5,
+                          gamma=0.2, time_budget=None, mechanism="gaussian", options=SamplerOptions(seed=1))
     pe.fit(Z[half:half + n], y[half:half + n])
     est = pe.estimate_
     bound = 2 / (n * lam)
@@ -526,6 +544,7 @@ def test_sampled_sensitivity_is_below_chaudhuri_bound(lam):
 # ----------------------------------------------------------------------------- the job
 
 
+@pytest.mark.subprocess
 def test_sklearn_utility_job_tiny(tmp_path):
     out = tmp_path / "out"
     code, stdout, err = run_job("sklearn_utility.py", "--tasks", "breast_cancer/logistic", "diabetes/ridge",
@@ -567,6 +586,7 @@ DPL = JOBS / ".venv-diffprivlib" / "bin" / "python"
 
 
 @pytest.mark.skipif(not DPL.exists(), reason="no diffprivlib environment (see README: Your own scikit-learn model)")
+@pytest.mark.subprocess
 def test_diffprivlib_runner_in_its_own_environment(tmp_path):
     out = tmp_path / "out"
     code, stdout, err = run_job("sklearn_utility.py", "--tasks", "breast_cancer/logistic", "--epsilons", 1, 100,
@@ -579,22 +599,44 @@ def test_diffprivlib_runner_in_its_own_environment(tmp_path):
     assert "diffprivlib environment: diffprivlib 0.6.6, scikit-learn 1.7.2" in stdout
 
 
+@pytest.mark.subprocess
 def test_sklearn_utility_one_liner_tiny(tmp_path):
-    """``--one-liner`` at a tiny plan: every row of the README's table is there, each with its numbers;
-    the line before public preprocessing warns, its Δ̂ is far above the line's now."""
+    """``--one-liner`` at a tiny plan (γ = 0.3, a 1 s budget), two sets, two splits: every line of the table with its
+    numbers, the old defaults at the fewest pairs, the raw regression line judged useless and warned (in process, no
+    threads to lose the warning), refused before any charge, beaten by the search; the calibration counts every
+    release, Δ̂'s spread has both variants, and one fit timed in a fresh process."""
     import json
 
     out = tmp_path / "out"
-    code, stdout, err = run_job("sklearn_utility.py", "--one-liner", "--repeats", 2, "--gamma", 0.3, "--backend",
-                                "local", "--out", out, "--quiet", cwd=tmp_path, timeout=300)
+    code, stdout, err = run_job("sklearn_utility.py", "--one-liner", "--sets", "wine", "diabetes", "--repeats", 2,
+                                "--gamma", 0.3, "--time-budget", 1, "--releases", 1, "--spread-seeds", 2,
+                                "--wall-time-repeats", 1, "--wall-time-where", "local", "--wall-time-set", "wine",
+                                "--backend", "local", "--diffprivlib-python", "none", "--out", out, "--quiet",
+                                cwd=tmp_path, timeout=300)
     assert code == 0, err
     report = json.loads((out / "sklearn_one_liner.json").read_text())
-    assert "| wine | 62 | one-liner now (scaler public) |" in (out / "sklearn_one_liner.md").read_text()
-    by = {(r["data"], r["method"].split(" (")[0].split(" →")[0]): r for r in report["rows"]}
-    for data in ("wine", "breast_cancer"):
-        for method in ("trivial", "non-private pipeline", "one-liner before", "one-liner now", "PrivateSearchCV"):
-            row = by[(data, method)]
-            assert len(row["scores"]) == 2 and all(0.0 <= s <= 1.0 for s in row["scores"])
-        before, now = by[(data, "one-liner before")], by[(data, "one-liner now")]
-        assert before["warned"] == 2 and before["sensitivity"] > 10 * now["sensitivity"]
-        assert 0.0 <= now["preview"] <= 1.0
+    md = (out / "sklearn_one_liner.md").read_text()
+    assert "| wine, accuracy (62) |" in md and "| diabetes, R² (155) |" in md and md in stdout
+    fits = {(f["data"], f["split"], f["line"]): f for f in report["fits"]}
+    assert len(fits) == len(report["fits"]) == 2 * 2 * 3
+    for f in fits.values():
+        assert len(f["more_releases"]) == 1 and math.isfinite(f["score"]) and len(f["preview_scores"]) >= 2
+        assert f["interval"][0] <= f["preview"] + 1e-9 and f["preview"] - 1e-9 <= f["interval"][1]
+        if f["line"] == "before":   # the old defaults: the fewest pairs, Gaussian
+            assert (f["m"], f["k"], f["mechanism"], f["sizing"]) == (24, 24, "gaussian", None)
+        if f["line"] == "after":    # sized by the budget; both mechanisms previewed
+            assert f["sizing"]["budget_seconds"] == 0.5 and set(f["previews_by_mechanism"]) == {"gaussian", "laplace"}
+    for r in range(2):              # raw diabetes, Ridge(alpha=1): Δ̂ drowns the release, and the fit says so
+        before, search = fits[("diabetes", r, "before")], fits[("diabetes", r, "search")]
+        assert before["useless"] and before["warned"] and before["suggestion"] > before["preview"]
+        assert search["score"] > before["score"]
+    assert [(c["data"], c["refused"], c["entries"], c["spent"]) for c in report["refuse"]] == [
+        ("diabetes", True, 0, [0.0, 0.0])]
+    releases = report["calibration"]["all"][0]
+    assert releases["releases"] == 2 * 2 * 3 * 2 and 0 <= releases["inside"] <= releases["releases"]
+    assert sorted((s["data"], s["before"]["m"]) for s in report["spread"]) == [("diabetes", 24)] * 2 + [("wine", 24)] * 2
+    assert [(w["where"], w["variant"], w["runs"]) for w in report["wall_time"]["summary"]] == [
+        ("local", "before", 1), ("local", "after", 1)]
+    assert all(run["m"] == 24 and run["fit_seconds"] > 0 for run in report["wall_time"]["runs"])
+    assert {g["goal"] for g in report["goals"]} >= {"never below the trivial predictor without a warning",
+                                                    'on_useless="refuse" refuses before any charge'}

@@ -22,7 +22,7 @@ from raydp.errors import InvalidArgumentError, UtilityError
 from raydp.identity import describe
 from raydp.sklearn import PrivateEstimator, PrivateSearchCV, UtilityWarning
 
-PLAN = dict(gamma=0.3)  # m = k = 24 pairs: fast, and enough for the comparisons below
+PLAN = dict(gamma=0.3, time_budget=None)  # m = k = 24 pairs (the fewest): fast, and enough for the comparisons below
 OPT = SamplerOptions(seed=3, progress=False, backend="local")
 
 
@@ -48,6 +48,7 @@ def one_liner(oracle, **kw):
     return PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression(C=0.1)), oracle=oracle, **kw)
 
 
+@pytest.mark.slow
 def test_public_preprocessing_is_the_default_and_only_the_model_is_released(data):
     oracle, X, y, Xt, yt = data
     with warnings.catch_warnings():
@@ -70,6 +71,7 @@ def test_public_preprocessing_is_the_default_and_only_the_model_is_released(data
     assert after.statement().startswith(after.release_.statement())
 
 
+@pytest.mark.slow
 def test_a_public_fit_is_part_of_the_run_identity(data):
     """A Δ̂ sampled with one public fit of the scaler is never reused with another: the frozen statistics
     are in the target's identity (a digest of the fitted attributes)."""
@@ -82,6 +84,7 @@ def test_a_public_fit_is_part_of_the_run_identity(data):
     assert a.target_.identity() == one_liner(oracle).fit(X, y).target_.identity()  # and reproducible
 
 
+@pytest.mark.slow
 def test_public_steps_can_be_chosen_or_refused(data):
     oracle, X, y, *_ = data
     pipe = make_pipeline(StandardScaler(), PCA(n_components=2), LogisticRegression(C=0.1))
@@ -118,14 +121,15 @@ def test_preview_reads_no_private_record_and_fit_reuses_its_sensitivity(data):
     assert abs(pe.score(Xt, yt) - row["mean"]) <= max(3 * row["sd"], 0.1)
 
 
+@pytest.mark.slow
 def test_fit_warns_before_a_useless_release_and_strict_refuses_it_uncharged(data, tmp_path):
     oracle, X, y, *_ = data
     with pytest.warns(UtilityWarning, match="not clearly better than a trivial predictor"):
         pe = one_liner(oracle, public_steps=None, epsilon=0.05).fit(X, y)
     assert pe.utility_.useless(0.05)
     ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=1.0)
-    with pytest.raises(UtilityError, match="strict=True: nothing was released or charged"):
-        one_liner(oracle, public_steps=None, epsilon=0.05, strict=True, ledger=ledger).fit(X, y)
+    with pytest.raises(UtilityError, match="on_useless=\"refuse\": nothing was released or charged"):
+        one_liner(oracle, public_steps=None, epsilon=0.05, on_useless="refuse", ledger=ledger).fit(X, y)
     assert ledger.spent() == (0.0, 0.0) and ledger.entries() == []
     with warnings.catch_warnings():
         warnings.simplefilter("error", UtilityWarning)
@@ -133,6 +137,7 @@ def test_fit_warns_before_a_useless_release_and_strict_refuses_it_uncharged(data
     assert not useful.utility_.useless(1.0)
 
 
+@pytest.mark.slow
 def test_search_chooses_on_public_data_and_releases_once(data, tmp_path):
     oracle, X, y, Xt, yt = data
     ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=2.0)

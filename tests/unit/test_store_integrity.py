@@ -78,11 +78,13 @@ def _race(uri, trials_dir, n_trials):
     return outcomes
 
 
+@pytest.mark.subprocess
 def test_two_local_creators_exactly_one_proceeds(tmp_path):
     outcomes = _race(lambda t: str(tmp_path / f"s{t}"), tmp_path, 6)
     assert all(o == ["ok", "refused"] for o in outcomes), outcomes
 
 
+@pytest.mark.subprocess
 def test_two_s3_creators_exactly_one_proceeds(s3_server):
     def uri(t):
         return (f"s3://raydp/race{t}?endpoint_override=127.0.0.1:{s3_server}&scheme=http&region=us-east-1")
@@ -159,6 +161,7 @@ def test_duplicate_shards_must_agree(tmp_path):
         _est(store=uri, resume=True)
 
 
+@pytest.mark.subprocess
 def test_two_resumers_of_a_store_with_torn_shards(tmp_path):
     uri = tmp_path / "s"
     clean = _est(store=str(uri), flush_rows=100)

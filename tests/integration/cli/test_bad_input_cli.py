@@ -31,7 +31,8 @@ def ctx(tmp_path_factory):
 _T = ["--target", "raydp.targets:mean"]
 _O = ["--oracle", "raydp.oracles:exponential", "--oracle-args", '{"rate": 1}']
 _EST = ["estimate", *_T, *_O, "--n", "5", "--m", "50", "--quiet", "--backend", "local"]
-_REL = ["release", "--estimate", "{store}", "--data", "{data}", *_T]
+_G = ["--gamma", "0.2170401390748799"]  # what the small store's plan (m = 50) gives
+_REL = ["release", "--estimate", "{store}", "--data", "{data}", *_T, *_G]
 _MOD = "bad_inputs"
 
 CLI = [
@@ -184,22 +185,22 @@ CLI = [
      "--delta applies to the gaussian mechanism only"),
     ("rel-norm", [*_REL, "--epsilon", "1", "--mechanism", "gaussian"], "the gaussian mechanism needs l2"),
     ("rel-target", ["release", "--estimate", "{store}", "--data", "{data}", "--target", "raydp.targets:median",
-                    "--epsilon", "1"], "computed for target mean"),
-    ("rel-data-missing", ["release", "--estimate", "{store}", "--data", "{tmp}/none.npy", *_T, "--epsilon", "1"],
+                    "--epsilon", "1", *_G], "computed for target mean"),
+    ("rel-data-missing", ["release", "--estimate", "{store}", "--data", "{tmp}/none.npy", *_T, "--epsilon", "1", *_G],
      "--data: no such file"),
-    ("rel-data-dir", ["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1"],
+    ("rel-data-dir", ["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1", *_G],
      "--data: cannot read"),
-    ("rel-data-garbage", ["release", "--estimate", "{store}", "--data", "{tmp}/garbage.npy", *_T, "--epsilon", "1"],
+    ("rel-data-garbage", ["release", "--estimate", "{store}", "--data", "{tmp}/garbage.npy", *_T, "--epsilon", "1", *_G],
      "--data: cannot read"),
-    ("rel-data-objects", ["release", "--estimate", "{store}", "--data", "{tmp}/objects.npy", *_T, "--epsilon", "1"],
+    ("rel-data-objects", ["release", "--estimate", "{store}", "--data", "{tmp}/objects.npy", *_T, "--epsilon", "1", *_G],
      "--data: cannot read"),
-    ("rel-data-unknown-format", ["release", "--estimate", "{store}", "--data", "{file}", *_T, "--epsilon", "1"],
+    ("rel-data-unknown-format", ["release", "--estimate", "{store}", "--data", "{file}", *_T, "--epsilon", "1", *_G],
      "cannot tell the format"),
-    ("rel-data-text", ["release", "--estimate", "{store}", "--data", "{tmp}/text.csv", *_T, "--epsilon", "1"],
+    ("rel-data-text", ["release", "--estimate", "{store}", "--data", "{tmp}/text.csv", *_T, "--epsilon", "1", *_G],
      "non-numeric columns"),
-    ("rel-estimate-file", ["release", "--estimate", "{file}", "--data", "{data}", *_T, "--epsilon", "1"],
+    ("rel-estimate-file", ["release", "--estimate", "{file}", "--data", "{data}", *_T, "--epsilon", "1", *_G],
      "is a file; a store is a directory"),
-    ("rel-estimate-scheme", ["release", "--estimate", "foo://x", "--data", "{data}", *_T, "--epsilon", "1"],
+    ("rel-estimate-scheme", ["release", "--estimate", "foo://x", "--data", "{data}", *_T, "--epsilon", "1", *_G],
      "cannot open store"),
     ("rel-budget-no-ledger", [*_REL, "--epsilon", "1", "--budget-epsilon", "1"], "need --ledger PATH"),
     ("rel-ledger-dir", [*_REL, "--epsilon", "1", "--ledger", "{tmp}", "--budget-epsilon", "1"], "is a directory"),
@@ -208,7 +209,7 @@ CLI = [
     ("rel-ledger-budget-nan", [*_REL, "--epsilon", "1", "--ledger", "{tmp}/ledger.json", "--budget-epsilon", "nan"],
      "epsilon_total must be a finite real number > 0, got nan"),
     ("rel-target-no-colon", ["release", "--estimate", "{store}", "--data", "{data}", "--target", "mean",
-                             "--epsilon", "1"], "must look like MODULE:ATTRIBUTE"),
+                             "--epsilon", "1", *_G], "must look like MODULE:ATTRIBUTE"),
 ]
 
 
@@ -250,7 +251,7 @@ SUBPROCESS = [
     ([*_EST, "--out", "{file}"], "is a file; a store is a directory"),
     (["estimate", "--target", "raydp.targets:nothere", *_O, "--n", "5", "--m", "50"], "has no attribute 'nothere'"),
     (["show", "foo://x"], "cannot open store 'foo://x'"),
-    (["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1"], "--data: cannot read"),
+    (["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1", *_G], "--data: cannot read"),
 ]
 
 

@@ -264,6 +264,8 @@ def _without_auth(env):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_local_cluster_end_to_end():
     t0 = time.monotonic()
     # fast failure detection so that killing a worker node is noticed in ~2 s, not ~15 s
@@ -353,6 +355,8 @@ def _with_marker(marker):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_command_line_end_to_end(tmp_path):
     """The command line (`python -m raydp.local_cluster` and its wrapper cluster/local.sh) on its
     own state dir and ports: usage errors, stale state, a busy port, up, the state files, env,

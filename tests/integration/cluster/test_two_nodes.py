@@ -14,7 +14,7 @@ import raydp
 from raydp import oracles, targets
 from cluster_util import REPO, local_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.subprocess]
 
 
 def test_svm_job_submitted_to_two_nodes_equals_local(tmp_path):

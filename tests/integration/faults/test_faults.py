@@ -194,6 +194,8 @@ N2, M2, GAMMA2, SEED2, BLOCK2 = 30, 1000, 0.1, 17, 10  # 100 blocks of 10 pairs
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_ray_driver_killed_mid_run_then_resumed(tmp_path):
     """Embedded Ray driver SIGKILLed once >= 3 shards are stored; resume on Ray = the clean run."""
     uri = tmp_path / "store"
@@ -290,10 +292,16 @@ def test_ray_driver_killed_mid_run_then_resumed(tmp_path):
     # ... and the resumed run evaluated the target on exactly the databases of the missing pairs
     # (by content digest: robust to Ray retrying a task, e.g. after an OOM kill on a busy machine)
     calls2 = _trace(trace2, digests=True)
-    assert [v["calls"] for pid, v in calls2.items() if pid == proc2.pid] == [1]  # the probe database
+    # the driver: the probe database, and the stored witness pairs it replays (two databases each)
+    # before it trusts the stored blocks
+    replayed = result["replayed"]
+    assert replayed >= 1
+    assert [v["calls"] for pid, v in calls2.items() if pid == proc2.pid] == [1 + 2 * replayed]
     evaluated = [h for pid, v in calls2.items() if pid != proc2.pid for h in v["dbs"]]
     stored_dbs = _pair_digests(N2, M2, SEED2, BLOCK2, blocks_before)
     missing_dbs = _pair_digests(N2, M2, SEED2, BLOCK2, set(range(total_blocks)) - blocks_before)
+    driver_dbs = [h for pid, v in calls2.items() if pid == proc2.pid for h in v["dbs"]]
+    assert len(set(driver_dbs) & stored_dbs) >= 1 and not set(driver_dbs) & missing_dbs
     assert not set(evaluated) & stored_dbs, "the resumed run evaluated pairs that were already stored"
     assert set(evaluated) == missing_dbs
     worker_calls = len(evaluated)  # == 2 * missing pairs unless Ray retried a task
@@ -395,7 +403,7 @@ def test_release_error_on_private_data_does_not_echo_it(tmp_path):
     private[-1] = MARKER  # the target raises on this database, naming the record
     pq.write_table(pa.table({"x": private}), tmp_path / "private_last.parquet")
     r = _cli(["release", "--estimate", store, "--data", tmp_path / "private_last.parquet", *TARGET_ARGS,
-              "--epsilon", 1.0], env)
+              "--epsilon", 1.0, "--gamma", 0.2], env)
     assert r.returncode == 2  # refused, as it should be
     assert not _hits((r.stdout + r.stderr).encode(), "release stderr"), r.stderr
 
@@ -418,6 +426,8 @@ def cluster():
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_cluster_listens_on_loopback_only_and_job_api_needs_token(cluster):
     check_locked_down(cluster)
 
@@ -426,6 +436,8 @@ def test_cluster_listens_on_loopback_only_and_job_api_needs_token(cluster):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_no_private_data_in_output_store_or_ray_logs(tmp_path, cluster):
     public, private = _write_data(tmp_path)
     env = dict(cluster.env, PYTHONPATH=_base_env()["PYTHONPATH"])
@@ -442,12 +454,13 @@ def test_no_private_data_in_output_store_or_ray_logs(tmp_path, cluster):
     assert d["failures"] > 0 and d["failure_kinds"] == {"target raised": d["failures"]}
     assert np.isfinite(d["sensitivity"])
     # the release on the private file (marker inside), with the Ray-made estimate
-    rel = _cli(["release", "--estimate", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0], env)
+    rel = _cli(["release", "--estimate", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0, "--gamma", 0.2],
+               env)
     outputs.append(("release", rel))
     assert rel.returncode == 0, rel.stderr
     released = float(rel.stdout.splitlines()[0])
     assert np.isfinite(released) and "random differential privacy" in rel.stdout
-    rel_json = _cli(["release", "--estimate", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0,
+    rel_json = _cli(["release", "--estimate", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0, "--gamma", 0.2,
                      "--json"], env)
     outputs.append(("release --json", rel_json))
     assert rel_json.returncode == 0, rel_json.stderr
@@ -460,8 +473,14 @@ def test_no_private_data_in_output_store_or_ray_logs(tmp_path, cluster):
             hits += _hits(data, f"{name} {stream}")
     # positive control: the data files themselves hold the marker (raw float64)
     assert _hits(private.read_bytes(), "private") and _hits(public.read_bytes(), "public")
+    # witnesses.npz holds oracle records by design (the witness pairs' databases, replayed at every reuse):
+    # rows of the public file, which holds the marker too. It holds nothing else.
+    import pyarrow.parquet as pq
+
+    with np.load(store / "witnesses.npz", allow_pickle=False) as w:
+        assert set(np.unique(w["records"])) <= set(pq.read_table(public).column("x").to_numpy())
     store_hits, store_files, store_bytes = _scan_tree(
-        store, skip=lambda p: p.parent.name == "shards" and p.suffix == ".parquet")
+        store, skip=lambda p: (p.parent.name == "shards" and p.suffix == ".parquet") or p.name == "witnesses.npz")
     assert (store / "meta.json").exists() and (store / "result.json").exists()
     session = cluster.session_dir
     assert session is not None and (session / "logs").is_dir()
@@ -491,6 +510,8 @@ def _raydp_lines(stderr: str) -> list[str]:
 _RAY_FATAL = ("Tried to complete task that was not pending", "Check failed")
 
 
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_strict_ray_run_does_not_print_target_messages(tmp_path, cluster):
     """--strict through Ray with a target that fails on about half of all pairs (naming the record):
     raydp prints exactly one line, its strict-mode error, and the target's message appears nowhere in
@@ -522,6 +543,8 @@ N1, M1, GAMMA1, SEED1, BLOCK1, DELAY1 = 20, 1200, 0.1, 23, 10, 0.015  # 120 bloc
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_worker_node_killed_mid_run(tmp_path, cluster):
     """SIGKILL a worker node while its task workers evaluate pairs; Ray retries the lost tasks on
     the surviving nodes; the stored sample is the clean one, each pair exactly once."""

@@ -25,7 +25,7 @@ ray = pytest.importorskip("ray")
 import raydp  # noqa: E402
 from raydp import oracles  # noqa: E402
 from raydp.engine.blocks import BlockLayout, block_rng  # noqa: E402
-from raydp.errors import EngineError, InvalidArgument, TargetError  # noqa: E402
+from raydp.errors import EngineError, InvalidArgumentError, InvalidTypeError, TargetError  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -166,15 +166,17 @@ def test_target_hanging_on_the_probe_is_refused_quickly():
     assert time.monotonic() - t0 < 10
 
 
-@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "1", True])
-def test_bad_pair_timeout(bad):
-    with pytest.raises(InvalidArgument, match="pair_timeout"):
+@pytest.mark.parametrize("bad, error", [(0, InvalidArgumentError), (-1, InvalidArgumentError),
+                                        (float("nan"), InvalidArgumentError), (float("inf"), InvalidArgumentError),
+                                        ("1", InvalidTypeError), (True, InvalidTypeError)])
+def test_bad_pair_timeout(bad, error):
+    with pytest.raises(error, match="pair_timeout"):
         raydp.estimate_sensitivity(Mean(), oracles.exponential(1.0), N, m=M, seed=SEED, progress=False,
                                    pair_timeout=bad)
 
 
 def test_task_timeout_needs_ray():
-    with pytest.raises(InvalidArgument, match="task_timeout needs the Ray backend"):
+    with pytest.raises(InvalidArgumentError, match="task_timeout needs the Ray backend"):
         raydp.estimate_sensitivity(Mean(), oracles.exponential(1.0), N, m=M, seed=SEED, progress=False,
                                    backend="local", task_timeout=5)
 

@@ -13,7 +13,7 @@ import pytest
 import raydp
 from job_util import load_job, run_job
 from raydp import oracles, targets
-from raydp.errors import InvalidArgument
+from raydp.errors import InvalidArgumentError
 
 from paths import REPO as ROOT
 JOBS = ROOT / "jobs"
@@ -177,7 +177,7 @@ def test_plot_cdf_needs_the_sample(small_estimate, tmp_path):
     from raydp.plots import plot_cdf
 
     bare = replace(small_estimate, sample=None, top=small_estimate.top[:1])
-    with pytest.raises(InvalidArgument, match="keep_sample=True"):
+    with pytest.raises(InvalidArgumentError, match="keep_sample=True"):
         plot_cdf(bare, tmp_path / "x.png")
 
 
@@ -185,7 +185,7 @@ def test_plot_cdf_without_matplotlib_says_how_to_install(small_estimate, tmp_pat
     from raydp.plots import plot_cdf
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    with pytest.raises(InvalidArgument, match=r"plotting needs matplotlib \(a raydp dependency\): pip install matplotlib"):
+    with pytest.raises(InvalidArgumentError, match=r"plotting needs matplotlib \(a raydp dependency\): pip install matplotlib"):
         plot_cdf(small_estimate, tmp_path / "x.png")
 
 

@@ -10,7 +10,7 @@ the reducer, the store — at a width the hardware could not give. Everything is
     python jobs/scale_sim.py                        # ≈ 25 min: widths 8 16 32 64, pairs of 10 ms, 100 ms, 1 s
     python jobs/scale_sim.py --quick --out /tmp/s   # one 4-slot cluster, tiny runs: the plumbing in ~1 min
     python jobs/scale_sim.py --project-only         # model + projection again from jobs/results/scale_sim.json
-    python jobs/scale_sim.py --wide-case --repeats 3  # the issue-20 case (64 slots, m = 1305, 100 ms): ≈ 3 min
+    python jobs/scale_sim.py --wide-case --repeats 3  # expensive targets (64 slots, m = 1305, 100 ms): ≈ 4 min
 
 Per width it starts one cluster (``--nodes`` nodes of width/nodes CPUs), one driver process (so its
 CPU time and peak RSS are its own), warms every slot's worker up, then runs, ``--repeats`` times in
@@ -95,7 +95,7 @@ class Sleeper:
 
 class SleepyEval(Sleeper):
     """A target that waits ``seconds`` per *evaluation* (two per pair) and has no ``pair`` method:
-    the issue-20 case (100 ms per evaluation, m = 1305 on 64 slots)."""
+    the expensive-target case (100 ms per evaluation, m = 1305 on 64 slots)."""
 
     pair = None
 
@@ -708,13 +708,13 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ----------------------------------------------------------------------------- the issue-20 case
+# ----------------------------------------------------------------------------- expensive targets
 WIDE = dict(nodes=2, cpus_per_node=32, m=1305, t_eval=0.1, setup_s=2.0)
 
 
 @contextlib.contextmanager
 def _grouping(which: str | None):
-    """``"1s-tasks"``: the engine's grouping of the first issue-20 change (at most 1 s of blocks and
+    """``"1s-tasks"``: an earlier grouping of the engine (at most 1 s of blocks and
     ⌈left/(4·slots)⌉ a task, one block per task until a block came back) for this run; None: the default."""
     from raydp.engine import ray as ray_engine
 
@@ -735,9 +735,27 @@ def _grouping(which: str | None):
         ray_engine.GuidedGroups = default
 
 
+@contextlib.contextmanager
+def _last_wave(on: bool):
+    """Backup copies for the last wave (the MapReduce rule, :data:`raydp.engine.ray.LAST_WAVE_FACTOR`)
+    for this run: once nothing is left to hand out, a task past its expected time gets a copy on an idle
+    slot."""
+    from raydp.engine import ray as ray_engine
+
+    saved = ray_engine.LAST_WAVE_FACTOR
+    ray_engine.LAST_WAVE_FACTOR = 1.0 if on else saved
+    try:
+        yield
+    finally:
+        ray_engine.LAST_WAVE_FACTOR = saved
+
+
+WIDE_KINDS = ("default", "no-backups", "last-wave", "1s-tasks", "0ed1578", "setup")
+
+
 def wide_driver(config_path: str) -> int:
     """Driver of ``--wide-case``: warm every slot, then take turns: the default, the grouping of the
-    first issue-20 change (``1s-tasks``), the 0ed1578 layout (blocks of ⌈m/256⌉ = 6 pairs, one block
+    earlier grouping (``1s-tasks``), the layout of commit 0ed1578 (blocks of ⌈m/256⌉ = 6 pairs, one block
     per task) and a target with a 2 s ``setup()``."""
     import ray
 
@@ -758,8 +776,9 @@ def wide_driver(config_path: str) -> int:
                                    progress=False)
         if time.perf_counter() - t0 < 3.0:
             break
-    runs = {"default": {}, "1s-tasks": dict(grouping="1s-tasks"), "0ed1578": dict(block_size=-(-m // 256), group=1),
-            "setup": {}}
+    runs = {"default": {}, "no-backups": dict(backup_tasks=False), "last-wave": dict(last_wave=True),
+            "1s-tasks": dict(grouping="1s-tasks"), "0ed1578": dict(block_size=-(-m // 256), group=1), "setup": {}}
+    runs = {kind: runs[kind] for kind in cfg.get("kinds") or WIDE_KINDS}
     out = {"slots": slots, "m": m, "t_eval": t, "runs": []}
     ideal = 2 * m * t / slots
     with tempfile.TemporaryDirectory(prefix="wide-setup-") as setup_root:
@@ -771,9 +790,10 @@ def wide_driver(config_path: str) -> int:
                     setup_dir = os.path.join(setup_root, str(rep))
                     os.makedirs(setup_dir)
                     target = HeavySetup(t, WIDE["setup_s"], setup_dir)
-                be = raydp.RayBackend(address=address, group_size=spec.get("group"))
+                be = raydp.RayBackend(address=address, group_size=spec.get("group"),
+                                      backup_tasks=spec.get("backup_tasks"))
                 t0 = time.perf_counter()
-                with _grouping(spec.get("grouping")):
+                with _grouping(spec.get("grouping")), _last_wave(spec.get("last_wave", False)):
                     est = raydp.estimate_sensitivity(target, oracles.exponential(1.0), SIM_N, m=m, k=m, seed=rep,
                                                      block_size=spec.get("block_size"), backend=be, progress=False)
                 wall = time.perf_counter() - t0
@@ -785,7 +805,8 @@ def wide_driver(config_path: str) -> int:
                            # result, to the last; blocks' own seconds against the slot time
                            outside_s=wall - stats.wall_s, first_done_s=done[0] if done else None,
                            last_done_s=done[-1] if done else None,
-                           slot_busy=stats.busy_s / (slots * stats.wall_s) if stats.wall_s else None)
+                           slot_busy=stats.busy_s / (slots * stats.wall_s) if stats.wall_s else None,
+                           backups=stats.backups, backups_won=stats.backups_won, duplicates=stats.duplicates)
                 if kind == "setup":
                     files = os.listdir(setup_dir)
                     pids = {f.split("-")[1] for f in files}
@@ -793,8 +814,9 @@ def wide_driver(config_path: str) -> int:
                                # the driver sets up once too (before its probe): workers = the rest
                                setup_s_paid=len(files) * WIDE["setup_s"])
                 out["runs"].append(row)
-                print(f"  {kind:8s} rep {rep}: wall {wall:5.2f} s, efficiency {row['efficiency']:.3f}, "
-                      f"block {row['block_size']}, tasks {row['tasks']}"
+                print(f"  {kind:10s} rep {rep}: wall {wall:5.2f} s, efficiency {row['efficiency']:.3f}, "
+                      f"block {row['block_size']}, tasks {row['tasks']}, backups {row['backups']} "
+                      f"(won {row['backups_won']})"
                       + (f", set-ups {row['setups']} in {row['setup_processes']} processes" if kind == "setup" else ""),
                       file=sys.stderr, flush=True)
     with open(cfg["result"], "w") as f:
@@ -804,17 +826,18 @@ def wide_driver(config_path: str) -> int:
 
 
 def wide_case(args) -> dict:
-    """The issue-20 case on one 2 × 32-slot loopback cluster; returns the report."""
+    """The expensive-target case on one 2 × 32-slot loopback cluster; returns the report."""
     from raydp.local_cluster import LocalCluster
 
     env = dict(NODE_ENV, PYTHONPATH=os.pathsep.join([REPO, HERE]))
-    report = dict(_report.start("scale_sim_wide", sys.argv[1:]), case=WIDE)
+    report = dict(_report.start("scale_sim", sys.argv[1:]), case=WIDE)
     with LocalCluster(workers=WIDE["nodes"] - 1, cpus_per_node=WIDE["cpus_per_node"], extra_env=env,
                       object_store_bytes=OBJECT_STORE_BYTES) as c:
-        report.update(run_driver(c, env, "_wide_driver", dict(address=c.address, repeats=args.repeats),
+        report.update(run_driver(c, env, "_wide_driver", dict(address=c.address, repeats=args.repeats,
+                                                              kinds=args.wide_kinds),
                                  args.timeout, "wide-case driver"))
     rows, summary = [], {}
-    for kind in ("default", "1s-tasks", "0ed1578", "setup"):
+    for kind in [k for k in WIDE_KINDS if any(r["kind"] == k for r in report["runs"])]:
         effs = [r["efficiency"] for r in report["runs"] if r["kind"] == kind]
         r0 = next(r for r in report["runs"] if r["kind"] == kind)
         summary[kind] = dict(median=statistics.median(effs), min=min(effs), max=max(effs))
@@ -822,18 +845,28 @@ def wide_case(args) -> dict:
         if kind == "setup":
             s = [r for r in report["runs"] if r["kind"] == kind]
             extra = ", ".join(f"{r['setups']} in {r['setup_processes']} processes" for r in s)
+        copies = [r.get("backups", 0) for r in report["runs"] if r["kind"] == kind]
+        won = [r.get("backups_won", 0) for r in report["runs"] if r["kind"] == kind]
         rows.append([kind, r0["block_size"], r0["tasks"], f"{summary[kind]['median']:.3f}",
-                     f"{summary[kind]['min']:.3f}–{summary[kind]['max']:.3f}", len(effs), extra])
+                     f"{summary[kind]['min']:.3f}–{summary[kind]['max']:.3f}", len(effs),
+                     " ".join(f"{c}/{w}" for c, w in zip(copies, won)), extra])
     report["summary"] = summary
-    md = (f"# Issue-20 case: {report['slots']} slots ({WIDE['nodes']} loopback nodes × {WIDE['cpus_per_node']} CPUs), "
+    md = (f"# Expensive targets: {report['slots']} slots ({WIDE['nodes']} loopback nodes × {WIDE['cpus_per_node']} CPUs), "
           f"m = {WIDE['m']}, {1e3 * WIDE['t_eval']:.0f} ms per evaluation, warm workers\n\n"
-          "efficiency = (2·m·t / slots) / wall. All runs take turns in one driver. `1s-tasks` = the grouping of "
-          "the first issue-20 change (at most 1 s and ⌈left/(4·slots)⌉ blocks a task, one block per task until "
-          "a block came back); `0ed1578` = that commit's layout (blocks of ⌈m/256⌉ pairs, one "
+          + _report.stamp(report) + "\n"
+          "efficiency = (2·m·t / slots) / wall. All runs take turns in one driver. `default` has backup copies of "
+          "late tasks on (two nodes); `no-backups` = the same with `backup_tasks=False` (no task is tracked, "
+          "timed or copied); `last-wave` = the default plus copies for the last wave (once nothing is left to hand "
+          "out, a task past its expected time gets a copy on an idle slot); backup copies = copies started / "
+          "copies that finished first, per repeat. `1s-tasks` = an earlier "
+          "grouping (at most 1 s and ⌈left/(4·slots)⌉ blocks a task, one block per task until "
+          "a block came back); `0ed1578` = the layout of commit 0ed1578 (blocks of ⌈m/256⌉ pairs, one "
           "block per task); `setup` = the default with a 2 s `setup()` "
           "(set-ups counted: the driver's one plus one per worker process that ran a task).\n\n"
-          + _report.table(["run", "block size", "tasks", "efficiency (median)", "range", "repeats", "set-ups"], rows)
-          + f"\n\nGoal (issue 20): default ≥ 0.9 — {'met' if summary['default']['median'] >= 0.9 else 'NOT met'}.\n")
+          + _report.table(["run", "block size", "tasks", "efficiency (median)", "range", "repeats", "backup copies",
+                           "set-ups"], rows)
+          + ("" if "default" not in summary else
+             f"\n\nGoal: default ≥ 0.9 — {'met' if summary['default']['median'] >= 0.9 else 'NOT met'}.\n"))
     _report.write(args.out, "scale_sim_wide", report, md)
     print(md)
     return report
@@ -935,8 +968,11 @@ def main(argv=None) -> int:
     ap.add_argument("--project-only", action="store_true",
                     help="no cluster: redo the model, projection, table and plot from OUT/scale_sim.json")
     ap.add_argument("--wide-case", action="store_true",
-                    help="only the issue-20 case: 64 slots, m = 1305, 100 ms per evaluation; default vs the 0ed1578 "
-                         "layout vs a 2 s setup(), --repeats times (≈ 3 min): scale_sim_wide.{json,md}")
+                    help="only the expensive-target case: 64 slots, m = 1305, 100 ms per evaluation; default vs no backup "
+                         "tasks vs last-wave copies vs earlier layouts vs a 2 s setup(), --repeats times (≈ 4 min): "
+                         "scale_sim_wide.{json,md}")
+    ap.add_argument("--wide-kinds", nargs="+", choices=WIDE_KINDS, default=list(WIDE_KINDS), metavar="KIND",
+                    help=f"with --wide-case: the runs to take turns with (default: all of {' '.join(WIDE_KINDS)})")
     args = ap.parse_args(argv)
     if args.wide_case:
         wide_case(args)

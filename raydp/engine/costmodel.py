@@ -69,7 +69,7 @@ def guided_group(blocks: int, slots: int, block_seconds: float, per_slot: int = 
 
 def guided_tasks(blocks: int, slots: int, block_seconds: float, per_slot: int = 1) -> int:
     """How many tasks :class:`~raydp.engine.grouping.GuidedGroups` makes of ``blocks`` blocks of
-    ``block_seconds`` each (its cost known from the start, as when the sampler seeds it from its probe)."""
+    ``block_seconds`` each (its cost known from the start, as when the sampler sets it from its probe)."""
     tasks, left = 0, blocks
     while left > 0:
         left -= min(left, guided_group(left, slots, block_seconds, per_slot))

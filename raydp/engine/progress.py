@@ -13,18 +13,53 @@ and only long runs say so. ``enabled=False`` (``progress=False``, ``--quiet``) s
 
 "Δ̂ ≥ x so far": Δ̂ = G_(k) is the (m − k + 1)-th largest of all m values; among the values seen so
 far that order statistic can only grow as more values arrive, so it is a lower bound on the final Δ̂.
+
+Never silent. A display that is showing is the *current* one of its thread (:func:`current`), so the
+engine can reach it without the sampler passing it down. While results are outstanding the engine
+calls :meth:`Progress.waiting` about once a second: when nothing has come back for a while it says
+what is outstanding, where and for how long, and the periodic lines keep coming every ``interval``
+even with no result in between::
+
+    raydp: 1,200/4,000 pairs (30.0%), 40 pairs/s, ETA 01:10, 0 failed, Δ̂ ≥ 0.0127 so far; nothing back
+    for 31 s: 96 blocks outstanding in 6 tasks; 198.18.0.2: 3 tasks running 31 s; 198.18.0.3: 3 tasks
+    running 12 s
+
+Events worth a line of their own — a host lost, backup copies started — go through :func:`note`:
+printed at once (above the bar on a terminal), and to the ``raydp.engine`` logger (a warning) when
+no display is showing (``progress=False``, ``--quiet``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
+import threading
 import time
 from typing import Callable
 
 DEFAULT_INTERVAL = 30.0
 DEFAULT_DELAY = 2.0
+QUIET = 5.0  # seconds without a result after which the display says what is outstanding
+
+log = logging.getLogger("raydp.engine")
+_showing = threading.local()  # the displays open in this thread, innermost last
+
+
+def current() -> "Progress | None":
+    """The display showing in this thread (the innermost open one), or None."""
+    stack = getattr(_showing, "stack", None)
+    return stack[-1] if stack else None
+
+
+def note(text: str) -> None:
+    """An event the user must see even without a display: on the current display, else a warning."""
+    display = current()
+    if display is not None:
+        display.note(text)
+    else:
+        log.warning("raydp: %s", text)
 
 
 def _seconds(variable: str, default: float) -> float:
@@ -84,8 +119,10 @@ class Progress:
         self._last_line = self.t0
         self._last_postfix = 0.0
         self._bar = None
+        self._waiting: str | None = None
         if not self.enabled:
             return
+        _showing.__dict__.setdefault("stack", []).append(self)
         if live is None:
             live = _in_notebook() or bool(getattr(self.stream, "isatty", lambda: False)())
         if live:
@@ -101,6 +138,7 @@ class Progress:
         self.done += int(pairs)
         if not self.enabled:
             return
+        self._waiting = None
         now = time.monotonic()
         if self._bar is not None:
             self._bar.update(int(pairs))
@@ -111,11 +149,44 @@ class Progress:
             self._last_line = now
             self._write(now)
 
+    def waiting(self, quiet: float, outstanding: Callable[[], str]) -> None:
+        """The engine's heartbeat while results are outstanding (about once a second): nothing has come
+        back for ``quiet`` seconds; ``outstanding()`` says what has not, where and for how long.
+
+        The periodic lines come every ``interval`` results or not, and say what is outstanding once
+        nothing came back for an interval (or :data:`QUIET` seconds); the bar shows it after its counts
+        once nothing came back for :data:`QUIET` seconds, and its clock keeps moving.
+        """
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.t0 < self.delay:
+            return
+        if self._bar is not None:
+            if now - self._last_postfix >= 1.0:
+                self._last_postfix = now
+                self._waiting = outstanding() if quiet >= QUIET else None
+                self._bar.set_postfix_str(self._extra(), refresh=True)  # also moves the elapsed time
+        elif now - self._last_line >= self.interval:
+            self._last_line = now
+            self._waiting = outstanding() if quiet >= min(self.interval, QUIET) else None
+            self._write(now)
+
+    def note(self, text: str) -> None:
+        """A line of its own, at once: above the bar on a terminal, between the periodic lines elsewhere."""
+        line = f"raydp: {text}"
+        if self._bar is not None:
+            self._bar.write(line, file=self.stream)
+        else:
+            print(line, file=self.stream, flush=True)
+
     def _extra(self) -> str:
         failures, bound = self.status()
         text = f"{failures:,} failed"
         if bound is not None:
             text += f", Δ̂ ≥ {bound:.6g} so far" if self.done < self.total else f", Δ̂ = {bound:.6g}"
+        if self._waiting and self.done < self.total:
+            text += f"; {self._waiting}"
         return text
 
     def line(self, now: float | None = None) -> str:
@@ -135,6 +206,10 @@ class Progress:
         """End the display; ``ok=False`` (the run failed) ends it without a final line — the error is the news."""
         if not self.enabled:
             return
+        stack = getattr(_showing, "stack", [])
+        if self in stack:
+            stack.remove(self)
+        self._waiting = None
         if self._bar is not None:
             if ok:
                 self._bar.set_postfix_str(self._extra(), refresh=False)

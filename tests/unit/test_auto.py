@@ -34,12 +34,15 @@ def reference():
     return est.sensitivity.hex(), hashlib.sha256(est.sample.tobytes()).hexdigest()
 
 
+@pytest.mark.subprocess
 def test_a_small_run_stays_in_process_without_starting_ray(reference):
     out = _child()  # the default backend
     assert out["backend"].startswith("local (auto") and not out["ray_started"]
     assert (out["delta"], out["sample"]) == reference
 
 
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_a_large_run_goes_to_ray_and_gives_the_same_sample(reference):
     # "large" relative to the threshold: 0 s makes every run worth Ray once its first blocks are timed
     out = _child("raydp.AutoBackend(local_seconds=0.0, ray=raydp.RayBackend(num_cpus=2))")
@@ -56,6 +59,7 @@ def test_a_cluster_address_means_ray():
     assert AutoBackend(ray=raydp.RayBackend(task_timeout=5)).cluster_reason() == "task_timeout needs Ray"
 
 
+@pytest.mark.ray
 def test_ray_already_running_means_ray(ray_session, reference):
     est = raydp.estimate_sensitivity(targets.mean(), oracles.exponential(1.0), **KW)
     assert est.backend == "ray (Ray is already initialised in this process)"

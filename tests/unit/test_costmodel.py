@@ -94,6 +94,7 @@ def test_tail_loss_counts_idle_slots_after_the_last_submission():
     assert sim.tail_loss([], [], slots=4, end=1.0) == 0.0
 
 
+@pytest.mark.slow
 def test_recommended_block_size_is_within_the_records_cap_and_no_worse_than_default():
     from raydp.engine.blocks import default_block_size
 
@@ -192,6 +193,8 @@ def test_default_block_size_lets_a_per_pair_target_spread():
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.subprocess
 def test_scale_sim_quick_on_a_real_cluster(tmp_path):
     """The whole simulation at toy size: a 2-node loopback cluster of 4 slots, every kind of run,
     the model fitted and checked, the projection, the table and the plot."""

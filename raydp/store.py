@@ -251,14 +251,18 @@ class Store:
                 raise
         return tmp
 
-    def write_json(self, name: str, obj: dict) -> None:
-        tmp = self._write_tmp(name, json.dumps(obj, indent=1, sort_keys=True).encode())
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """``name`` written whole or not at all: a temporary file, then a move into place."""
+        tmp = self._write_tmp(name, data)
         with self._io(f"write {name}"):
             try:
                 self.fs.move(tmp, self._path(name))
             except BaseException:
                 self._remove_quietly(tmp)
                 raise
+
+    def write_json(self, name: str, obj: dict) -> None:
+        self.write_bytes(name, json.dumps(obj, indent=1, sort_keys=True).encode())
 
     def _remove_quietly(self, path: str) -> None:
         with contextlib.suppress(Exception):
@@ -418,13 +422,7 @@ class Store:
         if witnesses is not None and len(witnesses):
             buf = io.BytesIO()
             np.savez(buf, **witnesses.to_arrays())
-            tmp = self._write_tmp(WITNESSES, buf.getvalue())
-            with self._io(f"write {WITNESSES}"):
-                try:
-                    self.fs.move(tmp, self._path(WITNESSES))
-                except BaseException:
-                    self._remove_quietly(tmp)
-                    raise
+            self.write_bytes(WITNESSES, buf.getvalue())
         self.write_json("meta.json", self._meta_doc(identity, plan))
         self.write_json("result.json", dict(summary, completed=time.time()))
 

@@ -9,7 +9,7 @@ raydp's. This script imports neither raydp nor the job; it reads one ``.npz`` an
 
 IN holds ``spec`` (JSON: ``model`` "logistic" | "linear_regression" and its keyword arguments
 ``params``), ``epsilons`` (E,), and per repeat r the arrays ``X_train_r``, ``y_train_r``, ``X_test_r``,
-``y_test_r``. OUT holds ``scores`` (R, E): accuracy (logistic) or R² (linear regression) of the
+``y_test_r`` and, optionally, ``spec_r`` (that repeat's own model, e.g. bounds from its own public half). OUT holds ``scores`` (R, E): accuracy (logistic) or R² (linear regression) of the
 diffprivlib model fitted with each ε on the test split, and ``versions`` (JSON). Nothing is printed
 but errors (their messages never include the data).
 """
@@ -33,13 +33,13 @@ def main(argv: list[str]) -> int:
 
     with np.load(argv[0], allow_pickle=False) as f:
         data = {k: f[k] for k in f.files}
-    spec = json.loads(str(data["spec"]))
     epsilons = [float(e) for e in data["epsilons"]]
     repeats = int(data["repeats"])
-    model = {"logistic": LogisticRegression, "linear_regression": LinearRegression}[spec["model"]]
-    params = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["params"].items()}  # bounds are tuples
     scores = np.empty((repeats, len(epsilons)))
     for r in range(repeats):
+        spec = json.loads(str(data.get(f"spec_{r}", data["spec"])))
+        model = {"logistic": LogisticRegression, "linear_regression": LinearRegression}[spec["model"]]
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["params"].items()}  # bounds are tuples
         Xtr, ytr, Xte, yte = (data[f"{k}_{r}"] for k in ("X_train", "y_train", "X_test", "y_test"))
         for j, eps in enumerate(epsilons):
             with warnings.catch_warnings():

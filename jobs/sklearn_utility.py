@@ -23,9 +23,10 @@ Tasks (λ: the L2 penalty per record, the same for every column of a row; sklear
 Columns, each with its privacy notion:
 
 * ``non_private``: the model itself (no privacy);
-* ``raydp_laplace``: ``PrivateEstimator(model, oracle=..., epsilon=ε, gamma=γ)`` — Laplace on ℓ1 Δ̂:
-  (ε, 0, γ)-random DP;
-* ``raydp_gaussian``: the same with ``delta=δ`` — analytic Gaussian on ℓ2 Δ̂: (ε, δ, γ)-random DP;
+* ``raydp_laplace``: ``PrivateEstimator(model, oracle=..., epsilon=ε, gamma=γ, mechanism="laplace",
+  time_budget=None)`` — Laplace on ℓ1 Δ̂ of the fewest pairs: (ε, 0, γ)-random DP;
+* ``raydp_gaussian``: the same with ``delta=δ, mechanism="gaussian"`` — analytic Gaussian on ℓ2 Δ̂:
+  (ε, δ, γ)-random DP;
 * ``diffprivlib``: diffprivlib 0.6.6's model for the task where it has one (``LogisticRegression``
   with ``data_norm=1``, objective perturbation of Chaudhuri et al., one-vs-rest with ε/K per class;
   ``LinearRegression`` with ``bounds_X=(-1, 1)``, ``bounds_y=(-3, 3)``, the functional mechanism): ε-DP;
@@ -41,18 +42,24 @@ databases drawn from the oracle (see README, "Concepts").
     python jobs/sklearn_utility.py                     # the table in README (≈ 2 min 15 s on 2 shared cores)
     python jobs/sklearn_utility.py --tasks breast_cancer/logistic --repeats 5 --epsilons 1 10
     python jobs/sklearn_utility.py --diffprivlib-python none         # without the diffprivlib column
-    python jobs/sklearn_utility.py --one-liner         # the README's one-liner on raw data (≈ 2 min)
+    python jobs/sklearn_utility.py --one-liner --out jobs/results   # the README's line on raw data (≈ 2 h)
 
 ``--one-liner`` runs the README's line itself, ``PrivateEstimator(make_pipeline(StandardScaler(),
-LogisticRegression()), oracle=oracles.bootstrap(public_rows), epsilon=1.0, delta=1e-5, gamma=0.05)``,
-on RAW features of very different scales, penguins-like (wine: alcohol %, flavanoids, colour intensity,
-proline in mg/l up to 1 680, 3 cultivars; breast cancer: radius, texture, area up to 2 500 µm²,
-smoothness). Each set is shuffled and halved: the public half is the oracle, the private half is split
-70/30 into train and test --repeats times. Rows: the trivial (majority) predictor, the non-private
-pipeline, the one-liner as it behaved before public preprocessing (``public_steps=None``: the
-scaler's statistics sampled and released with noise), the one-liner now (the scaler fitted on public
-records and frozen), and ``PrivateSearchCV`` over C; each private row with its public preview (no
-private record read) next to the realised score. Writes ``sklearn_one_liner.{md,json}`` in --out.
+LogisticRegression()), oracle=oracles.bootstrap(public_rows), epsilon=1.0, delta=1e-5, gamma=0.05)``
+(``Ridge()`` for a regression), on every RAW column of three bundled sets (breast cancer: 30 columns,
+2 classes; wine: 13 columns, 3 cultivars; diabetes with ``scaled=False``: 10 columns, Ridge). Each of
+--repeats splits (default 5, fixed seeds) shuffles a set: the public half is the oracle, the private
+half is split 70/30 into train and test. Lines: the trivial predictor, the non-private pipeline, the
+line with its old defaults (``time_budget=None, mechanism="gaussian"``: the fewest pairs, Gaussian),
+the line as written (a sampling budget, the mechanism previewed and chosen), the ``PrivateSearchCV``
+a UtilityWarning suggests (C or alpha × ``PublicClip``), and diffprivlib given the public half's
+bounds. Each private fit is recorded with its mechanism, (m, k), Δ̂, preview, whether the preview
+judged it useless and whether a UtilityWarning was seen, then released --releases more times at its
+Δ̂ to measure how often a release lands in its preview's interval. Then Δ̂ across --spread-seeds
+sampler seeds (before vs after), ``on_useless="refuse"`` with a ledger on a useless fit, and the
+wall time of one fit before and after, each in a fresh process, in process and on a 2-node
+:class:`raydp.local_cluster.LocalCluster` (--wall-time-repeats rounds, interleaved). Writes
+``sklearn_one_liner.{md,json}`` in --out (about two hours on 2 shared cores).
 
 How it runs. Δ̂ is sampled ONCE per task and norm (offline amortisation), by the first
 ``PrivateEstimator.fit`` with ``store=OUT/stores/<task>-<norm>`` (a re-run reuses it; ``--fresh``
@@ -129,8 +136,22 @@ def make_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fresh", action="store_true", help="delete stored Δ̂ samples first instead of reusing them")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     ap.add_argument("--one-liner", action="store_true",
-                    help="only the README's one-liner on raw penguins-like data (wine, breast cancer): before/after "
-                         "public preprocessing, preview vs realised, PrivateSearchCV; --epsilons default 1")
+                    help="only the README's line on raw public data (breast cancer, wine, diabetes): before/after its "
+                         "defaults changed, PrivateSearchCV, diffprivlib, Δ̂ across seeds, the preview's calibration, "
+                         "the refusal and the fit's wall time; one --epsilons value (default 1), --repeats default 5")
+    ap.add_argument("--sets", nargs="+", choices=sorted(ONE_LINER_SETS), default=list(ONE_LINER_SETS),
+                    metavar="SET", help="--one-liner: data sets (default: all of breast_cancer wine diabetes)")
+    ap.add_argument("--releases", type=int, default=10,
+                    help="--one-liner: more releases per fit at its Δ̂, for the preview's calibration (default 10)")
+    ap.add_argument("--spread-seeds", type=int, default=5,
+                    help="--one-liner: sampler seeds for Δ̂'s spread, split 0 (default 5; 0 skips it)")
+    ap.add_argument("--wall-time-repeats", type=int, default=3,
+                    help="--one-liner: rounds of the wall-time runs, each fit in a fresh process (default 3; 0 skips)")
+    ap.add_argument("--wall-time-where", nargs="+", choices=("local", "cluster"), default=["local", "cluster"],
+                    help="--one-liner: in process (local) and/or on a 2-node local cluster (default both)")
+    ap.add_argument("--wall-time-set", choices=sorted(ONE_LINER_SETS), default="breast_cancer",
+                    help="--one-liner: the data set whose fit is timed (default breast_cancer)")
+    ap.add_argument("--one-fit", metavar="SET:LINE", help=argparse.SUPPRESS)  # one timed fit, in a fresh process
     _common.add_common_flags(ap, out_default=os.path.join("out", "sklearn_utility"))
     return ap
 
@@ -194,15 +215,18 @@ def diffprivlib_spec(task: str, n: int) -> dict | None:
     return None
 
 
-def run_diffprivlib(python: str, spec: dict, splits: list, epsilons: list[float]):
-    """diffprivlib's scores (repeats × ε) and versions, from its own environment."""
+def run_diffprivlib(python: str, spec: dict | list, splits: list, epsilons: list[float]):
+    """diffprivlib's scores (repeats × ε) and versions, from its own environment; ``spec`` is one model for every
+    split, or a list with one per split (bounds read off each split's public half)."""
     import numpy as np
 
+    specs = spec if isinstance(spec, list) else [spec] * len(splits)
     with tempfile.TemporaryDirectory(prefix="raydp-dpl-") as tmp:
-        arrays = {"spec": np.array(json.dumps(spec)), "epsilons": np.asarray(epsilons, dtype=np.float64),
+        arrays = {"spec": np.array(json.dumps(specs[0])), "epsilons": np.asarray(epsilons, dtype=np.float64),
                   "repeats": np.array(len(splits))}
         for r, (Xtr, ytr, Xte, yte) in enumerate(splits):
-            arrays.update({f"X_train_{r}": Xtr, f"y_train_{r}": ytr, f"X_test_{r}": Xte, f"y_test_{r}": yte})
+            arrays.update({f"X_train_{r}": Xtr, f"y_train_{r}": ytr, f"X_test_{r}": Xte, f"y_test_{r}": yte,
+                           f"spec_{r}": np.array(json.dumps(specs[r]))})
         src, dst = os.path.join(tmp, "in.npz"), os.path.join(tmp, "out.npz")
         np.savez(src, **arrays)
         proc = subprocess.run([python, os.path.join(HERE, "_diffprivlib_runner.py"), src, dst],
@@ -342,8 +366,9 @@ def main(argv: list[str] | None = None) -> int:
             Xtr, ytr, _, _ = splits[0]
             t0 = time.perf_counter()
             options = _common.options(a, store=store)
+            # each column its own mechanism, at the fewest pairs: the table compares norms at one plan
             first = PrivateEstimator(model, oracle=oracle, epsilon=epsilons[0], delta=delta, gamma=a.gamma,
-                                     options=options).fit(Xtr, ytr)
+                                     mechanism=method.split("_")[1], time_budget=None, options=options).fit(Xtr, ytr)
             sampling_seconds += time.perf_counter() - t0
             estimates[method] = first.estimate_
         classes = len(np.unique(public[:, -1])) if metric == "accuracy" else 0
@@ -364,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             for j, eps in enumerate(epsilons):
                 for method, delta in (("raydp_laplace", 0.0), ("raydp_gaussian", a.delta)):
                     private = PrivateEstimator(model, oracle=oracle, epsilon=eps, delta=delta, gamma=a.gamma,
+                                               mechanism=method.split("_")[1], time_budget=None,
                                                estimate=estimates[method],
                                                options=SamplerOptions(seed=a.seed)).fit(Xtr, ytr)
                     scores[method][r, j] = private.score(Xte, yte)
@@ -434,142 +460,591 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ----------------------------------------------------------------------------- --one-liner
-ONE_LINER_SETS = {  # raw features on very different scales, like the penguins' bill (mm) and body mass (g)
-    "wine": ("load_wine", [0, 6, 9, 12], "alcohol, flavanoids, colour intensity, proline"),
-    "breast_cancer": ("load_breast_cancer", [0, 1, 3, 4], "mean radius, texture, area, smoothness"),
+# Every column raw, in its own unit: what a new user hands the line. Why these three: bundled with
+# scikit-learn (no download), columns on scales from 0.01 to thousands, two classifiers (one binary
+# with 100+ private records, one with three classes and fewer) and a regression.
+ONE_LINER_SETS = {
+    "breast_cancer": ("load_breast_cancer", {}, "all 30 raw columns (radius in µm, area up to 2 500 µm², smoothness "
+                      "near 0.1, ...), 2 classes, logistic regression"),
+    "wine": ("load_wine", {}, "all 13 raw columns (alcohol in %, magnesium, proline up to 1 680 mg/l, ...), "
+             "3 cultivars, logistic regression"),
+    "diabetes": ("load_diabetes", {"scaled": False}, "all 10 raw columns (age in years, sex coded 1/2, BMI, blood "
+                 "pressure, six serum measurements), progression after a year, Ridge"),
 }
-SEARCH_C = (0.03, 0.1, 0.3, 1.0)
+REGRESSION_SETS = ("diabetes",)
+# The line's defaults before the time budget and the mechanism choice: the fewest pairs γ allows, Gaussian for δ > 0.
+OLD_DEFAULTS = {"time_budget": None, "mechanism": "gaussian"}
+LINES = ("before", "after", "search")
+LINE_TITLES = {"before": "README line, old defaults", "after": "README line as written",
+               "search": "PrivateSearchCV (C or alpha × PublicClip)"}
+DPL_VARIANTS = {"scaled": "diffprivlib, public scaling and bounds", "raw": "diffprivlib, raw columns, public bounds"}
+# Intervals whose share of real releases is measured: central levels of the previewed releases' scores
+# (1.0: their whole range), and the 80% interval widened about its middle.
+COVERAGE_LEVELS = (0.8, 0.9, 0.95, 1.0)
+COVERAGE_WIDENINGS = (1.5, 2.0, 3.0)
+
+
+def _line(name: str, **params):
+    """The README's pipeline for a set: the scaler (fitted on public records by raydp), then the model."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), Ridge(**params) if name in REGRESSION_SETS else LogisticRegression(**params))
+
+
+def _suggested_search(name: str):
+    """The search a UtilityWarning prints for the line: C (or alpha), and PublicClip after the public scaler."""
+    from sklearn.pipeline import Pipeline
+
+    from raydp.sklearn import PublicClip
+
+    line = _line(name)
+    last, model = line.steps[-1]
+    space = Pipeline([line.steps[0], ("publicclip", "passthrough"), (last, model)])
+    regularisation = ({f"{last}__alpha": [1.0, 10.0, 100.0]} if name in REGRESSION_SETS
+                      else {f"{last}__C": [0.01, 0.1, 1.0]})
+    return space, {**regularisation, "publicclip": ["passthrough", PublicClip(3.0)]}
+
+
+def _one_liner_split(name: str, seed: int, r: int):
+    """Split r of a set: shuffled; rows [X | y] of the public half, then the private half's train (70%) and test."""
+    import numpy as np
+    from sklearn import datasets
+
+    loader, kwargs, _ = ONE_LINER_SETS[name]
+    X, y = getattr(datasets, loader)(return_X_y=True, **kwargs)
+    order = np.random.default_rng([seed, 21, r]).permutation(len(X))
+    X, y = X[order].astype(np.float64), y[order].astype(np.float64)
+    half = len(X) // 2
+    Xp, yp = X[half:], y[half:]
+    n = int(round(len(Xp) * (1 - TEST_FRACTION)))
+    return np.column_stack([X[:half], y[:half]]), Xp[:n], yp[:n], Xp[n:], yp[n:]
+
+
+def _watched_fit(make, X, y):
+    """``make().fit(X, y)`` with its UtilityWarnings recorded: (fitted, their messages, seconds)."""
+    import warnings
+
+    from raydp.sklearn import UtilityWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UtilityWarning)
+        t0 = time.perf_counter()
+        fitted = make().fit(X, y)
+        seconds = time.perf_counter() - t0
+    return fitted, [str(w.message) for w in caught if issubclass(w.category, UtilityWarning)], seconds
+
+
+def _fit_record(pe, eps: float, messages: list[str], seconds: float, score: float, trivial: float) -> dict:
+    """What one fit of a line chose, previewed and scored (its preview is on public records only)."""
+    import re
+
+    est, preview = pe.estimate_, pe.utility_
+    row = preview.row(eps)
+    low, high = preview.interval(eps)
+    said = re.search(r"this previews (-?[0-9.]+)", " ".join(messages))
+    choice = getattr(pe, "mechanism_choice_", None)
+    return dict(score=float(score), trivial=float(trivial), below_trivial=bool(score < trivial), seconds=seconds,
+                sampling_seconds=float(est.seconds),
+                mechanism=pe.release_.mechanism["name"], m=int(est.plan.m), k=int(est.plan.k),
+                sensitivity=float(est.sensitivity), sizing=est.sizing, backend=est.backend,
+                previews_by_mechanism=None if not choice else {k: dict(v) for k, v in choice["previews"].items()},
+                preview=float(row["mean"]), preview_sd=float(row["sd"]),
+                preview_scores=[float(s) for s in row["scores"]], interval=[low, high],
+                useless=bool(preview.useless(eps)), warned=bool(messages),
+                suggestion=float(said.group(1)) if said else None)
+
+
+def _more_releases(pe, Xtr, ytr, Xte, yte, count: int) -> list[float]:
+    """``count`` more releases of a fitted line at its Δ̂, each with fresh noise, scored on the test split."""
+    import numpy as np
+
+    import raydp
+    from raydp.sklearn.utility import with_params
+
+    if pe.release_.mechanism["name"] == "laplace":
+        mechanism = raydp.Laplace(pe.epsilon)
+    else:
+        mechanism = raydp.Gaussian(pe.epsilon, pe.delta, calibration="analytic")
+    records = np.column_stack([Xtr, ytr])
+    scores = []
+    for _ in range(count):
+        release = raydp.sample_then_respond(records, pe.target_, mechanism, estimate=pe.estimate_)
+        scores.append(float(with_params(pe.estimator_, pe.target_, release.value).score(Xte, yte)))
+    return scores
+
+
+def _dpl_inputs(name: str, variant: str, public, Xtr, ytr, Xte, yte, r: int):
+    """diffprivlib's model and data for one split: bounds read off the public half, on raw columns or on columns
+    standardised with the public half's statistics (what raydp's public scaler does)."""
+    import numpy as np
+
+    Xpub, ypub = public[:, :-1], public[:, -1]
+    if variant == "scaled":
+        mu, sd = Xpub.mean(axis=0), Xpub.std(axis=0)
+        sd[sd == 0] = 1.0
+        Xpub, Xtr, Xte = (Xpub - mu) / sd, (Xtr - mu) / sd, (Xte - mu) / sd
+    if name in REGRESSION_SETS:
+        spec = {"model": "linear_regression", "params": {
+            "bounds_X": [Xpub.min(axis=0).tolist(), Xpub.max(axis=0).tolist()],
+            "bounds_y": [float(ypub.min()), float(ypub.max())], "random_state": r}}
+    else:
+        spec = {"model": "logistic", "params": {"data_norm": float(np.linalg.norm(Xpub, axis=1).max()),
+                                                "random_state": r, "max_iter": 1000}}
+    return spec, (Xtr, ytr, Xte, yte)
+
+
+def _stats(values) -> dict:
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    return {"mean": float(v.mean()), "sd": sd, "min": float(v.min()), "max": float(v.max()),
+            "median": float(np.median(v)), "cv": sd / float(v.mean()) if v.mean() else float("nan"), "count": len(v)}
+
+
+def _num(x: float) -> str:
+    """3 decimals, or 3 significant digits for a score far off the scale (an R² of −10⁸)."""
+    return f"{x:.3f}" if abs(x) < 1000 else f"{x:.3g}"
+
+
+def _cell(values, warned: int | None = None) -> str:
+    s = _stats(values)
+    text = f"{_num(s['mean'])} ± {_num(s['sd'])}, min {_num(s['min'])}"
+    return text if warned is None else f"{text}; warned {warned}/{s['count']}"
+
+
+def _coverage(releases: list[dict]) -> list[dict]:
+    """Share of real releases inside each candidate interval of their previews, with a 95% Clopper–Pearson interval."""
+    import numpy as np
+    from scipy.stats import binomtest
+
+    rows = []
+    candidates = [(f"central {int(round(level * 100))}% of the previews" if level < 1 else "whole range of the previews",
+                   ("level", level)) for level in COVERAGE_LEVELS]
+    candidates += [(f"80% interval widened ×{w:g} about its middle", ("widen", w)) for w in COVERAGE_WIDENINGS]
+    for label, (kind, value) in candidates:
+        inside = 0
+        for rel in releases:
+            scores = np.asarray(rel["preview_scores"], dtype=np.float64)
+            if kind == "level":
+                tail = (1.0 - value) / 2.0
+                low, high = np.quantile(scores, tail), np.quantile(scores, 1.0 - tail)
+            else:
+                low, high = np.quantile(scores, 0.1), np.quantile(scores, 0.9)
+                mid, half = (low + high) / 2.0, (high - low) / 2.0 * value
+                low, high = mid - half, mid + half
+            inside += int(low <= rel["score"] <= high)
+        total = len(releases)
+        ci = binomtest(inside, total).proportion_ci(0.95) if total else None
+        rows.append({"interval": label, "inside": inside, "releases": total, "share": inside / total if total else None,
+                     "ci95": None if ci is None else [float(ci.low), float(ci.high)]})
+    return rows
+
+
+def _one_fit(a, spec: str) -> int:
+    """One fit of the line in this process (``--one-fit SET:before|after``, for the wall-time runs): one JSON line."""
+    import numpy as np
+
+    from raydp import SamplerOptions, oracles
+    from raydp.errors import InvalidArgumentError
+    from raydp.sklearn import PrivateEstimator
+
+    name, _, variant = spec.partition(":")
+    if name not in ONE_LINER_SETS or variant not in ("before", "after"):
+        raise InvalidArgumentError(f"--one-fit must be SET:before or SET:after with SET in {sorted(ONE_LINER_SETS)}, "
+                                   f"got {spec!r}")
+    public, Xtr, ytr, Xte, yte = _one_liner_split(name, a.seed, 0)
+    extra = dict(OLD_DEFAULTS) if variant == "before" else {}
+    if a.time_budget is not None:  # a quick run's budget (the line as written leaves it at its default)
+        extra["options"] = SamplerOptions(time_budget=a.time_budget)
+    # the README's line as written (the default backend finds RAY_ADDRESS), with a fixed seed
+    make = (lambda: PrivateEstimator(_line(name), oracle=oracles.bootstrap(public), epsilon=1.0, delta=a.delta,
+                                     gamma=a.gamma, random_state=a.seed, **extra))
+    pe, messages, seconds = _watched_fit(make, Xtr, ytr)
+    est = pe.estimate_
+    print(json.dumps({"fit_seconds": seconds, "sampling_seconds": est.seconds, "useless": bool(pe.utility_.useless(1.0)),
+                      "m": int(est.plan.m), "k": int(est.plan.k), "backend": est.backend,
+                      "mechanism": pe.release_.mechanism["name"], "sizing": est.sizing, "warned": bool(messages),
+                      "score": float(pe.score(Xte, yte)), "cores": os.cpu_count(),
+                      "trivial": float(np.mean(yte == np.bincount(ytr.astype(int)).argmax()))
+                      if name not in REGRESSION_SETS else None}, default=float))
+    return 0
+
+
+def _wall_times(a, report: dict) -> None:
+    """One fit of the line before and after, each in a fresh process, in process and on a 2-node local cluster
+    (head + 1 worker, one CPU each, token auth), interleaved; ``report["wall_time"]``."""
+    from raydp.local_cluster import LocalCluster
+
+    runs = []
+    base = [sys.executable, os.path.abspath(__file__), "--one-liner", "--one-fit", "", "--gamma", repr(a.gamma),
+            "--delta", repr(a.delta), "--seed", str(a.seed)]
+    if a.time_budget is not None:
+        base += ["--time-budget", repr(a.time_budget)]
+    local_env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+
+    def one(where: str, variant: str, env: dict) -> None:
+        cmd = list(base)
+        cmd[cmd.index("--one-fit") + 1] = f"{a.wall_time_set}:{variant}"
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, check=False)
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise RuntimeError(f"the {variant} fit {where} failed (exit {proc.returncode}): {tail}")
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        runs.append(dict(got, where=where, variant=variant, process_seconds=elapsed, load=os.getloadavg()[0]))
+        _common.say(a, f"    wall time {where:10s} {variant:6s}: fit {got['fit_seconds']:.1f} s (process {elapsed:.1f} s), "
+                       f"m={got['m']} on {got['backend']}, {got['mechanism']}, warned={got['warned']}")
+
+    def rounds(cluster) -> None:
+        for rep in range(a.wall_time_repeats):
+            order = ("before", "after") if rep % 2 == 0 else ("after", "before")
+            for where in a.wall_time_where:
+                for variant in order:
+                    one(where, variant, local_env if where == "local" else cluster.env)
+
+    if "cluster" in a.wall_time_where:
+        with LocalCluster(workers=1, cpus_per_node=1) as cluster:
+            rounds(cluster)
+    else:
+        rounds(None)
+    summary = []
+    for where in a.wall_time_where:
+        for variant in ("before", "after"):
+            mine = [r for r in runs if r["where"] == where and r["variant"] == variant]
+            summary.append({"where": where, "variant": variant,
+                            "fit_seconds": _report.spread([r["fit_seconds"] for r in mine]),
+                            "process_seconds": _report.spread([r["process_seconds"] for r in mine]),
+                            "sampling_seconds": _report.spread([r["sampling_seconds"] for r in mine]),
+                            "m": sorted({r["m"] for r in mine}), "warned": sum(r["warned"] for r in mine),
+                            "useless": sum(r["useless"] for r in mine),
+                            "runs": len(mine)})
+    report["wall_time"] = {"set": a.wall_time_set, "repeats": a.wall_time_repeats, "runs": runs, "summary": summary}
 
 
 def one_liner(a, argv) -> int:
-    """The README's one-liner on raw data: before/after public preprocessing, preview vs realised, search."""
-    import warnings
+    """The README's line on raw public data, before and after its defaults changed, beside the search and diffprivlib;
+    Δ̂'s spread across seeds, the preview's calibration, the refusal, and the fit's wall time."""
+    import tempfile
 
     import numpy as np
-    from sklearn import datasets
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.base import clone
-    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+    from sklearn.dummy import DummyClassifier, DummyRegressor
 
-    import _report
+    import raydp
     from raydp import oracles
-    from raydp.errors import InvalidArgumentError
-    from raydp.sklearn import PrivateEstimator, PrivateSearchCV, UtilityWarning
+    from raydp.errors import InvalidArgumentError, UtilityError
+    from raydp.sklearn import PrivateEstimator, PrivateSearchCV
 
-    epsilons = sorted(dict.fromkeys(a.epsilons)) if "--epsilons" in (argv or sys.argv) else [1.0]
-    if any(not (e > 0 and math.isfinite(e)) for e in epsilons):
-        raise InvalidArgumentError(f"--epsilons must be finite and > 0, got {epsilons}")
-    repeats = a.repeats if "--repeats" in (argv or sys.argv) else 5
+    if a.one_fit:
+        return _one_fit(a, a.one_fit)
+    given = set(argv if argv is not None else sys.argv[1:])
+    epsilons = sorted(dict.fromkeys(a.epsilons)) if "--epsilons" in given else [1.0]
+    if len(epsilons) != 1 or not (epsilons[0] > 0 and math.isfinite(epsilons[0])):
+        raise InvalidArgumentError(f"--one-liner takes one finite --epsilons value > 0, got {epsilons}")
+    eps = epsilons[0]
+    repeats = a.repeats if "--repeats" in given else 5
     if repeats < 2:
         raise InvalidArgumentError(f"--repeats must be >= 2 (a spread is reported), got {repeats}")
+    if a.releases < 0 or a.spread_seeds < 0 or a.spread_seeds == 1 or a.wall_time_repeats < 0:
+        raise InvalidArgumentError("--releases and --wall-time-repeats must be >= 0, --spread-seeds 0 or >= 2")
+    sets = list(dict.fromkeys(a.sets))
+    dpl = a.diffprivlib_python
+    if dpl is None:
+        dpl = DEFAULT_DPL if os.path.exists(DEFAULT_DPL) else None
+    elif dpl.lower() == "none":
+        dpl = None
+    elif not os.path.exists(dpl):
+        raise InvalidArgumentError(f"--diffprivlib-python {dpl!r} does not exist")
     os.makedirs(a.out, exist_ok=True)
-    report = dict(_report.start("sklearn_utility", sys.argv[1:] if argv is None else argv), gamma=a.gamma,
-                  delta=a.delta, repeats=repeats, epsilons=epsilons, rows=[])
+    report = dict(_report.start("sklearn_utility", sys.argv[1:] if argv is None else argv), epsilon=eps, delta=a.delta,
+                  gamma=a.gamma, repeats=repeats, releases_per_fit=a.releases, seed=a.seed,
+                  sets={k: ONE_LINER_SETS[k][2] for k in sets}, splits=[], fits=[], spread=[], refuse=[],
+                  diffprivlib_versions=None, diffprivlib_failures=[])
     t_start = time.perf_counter()
+    common = dict(epsilon=eps, delta=a.delta, gamma=a.gamma)
 
-    def pipe(C=1.0):
-        return make_pipeline(StandardScaler(), LogisticRegression(C=C))
-
-    # the search's space: C, and whether standardised features are clipped to ±3 (a public, per-record map)
-    clip = FunctionTransformer(np.clip, kw_args={"a_min": -3.0, "a_max": 3.0})
-    space = make_pipeline(StandardScaler(), clip, LogisticRegression())
-    grid = {"logisticregression__C": list(SEARCH_C), "functiontransformer": ["passthrough", clip]}
-
-    for name, (loader, cols, described) in ONE_LINER_SETS.items():
-        X, y = getattr(datasets, loader)(return_X_y=True)
-        X = X[:, cols].astype(np.float64)
-        order = np.random.default_rng([a.seed, 21]).permutation(len(X))
-        X, y = X[order], y[order].astype(np.float64)
-        half = len(X) // 2
-        oracle = oracles.bootstrap(np.column_stack([X[:half], y[:half]]))
-        Xp, yp = X[half:], y[half:]
-        n = int(round(len(Xp) * (1 - TEST_FRACTION)))
-        splits = []
+    for name in sets:
+        useless_fit = {}  # the first fit of each line that the preview judged useless
+        dpl_splits = {v: ([], []) for v in DPL_VARIANTS}
         for r in range(repeats):
-            o = np.random.default_rng([a.seed, 21, r]).permutation(len(Xp))
-            splits.append((Xp[o[:n]], yp[o[:n]], Xp[o[n:]], yp[o[n:]]))
-        _common.say(a, f"  {name} ({described}): n={n} private training records, {len(Xp) - n} test, "
-                       f"{half} public records")
+            public, Xtr, ytr, Xte, yte = _one_liner_split(name, a.seed, r)
+            oracle = oracles.bootstrap(public)
+            dummy = DummyRegressor() if name in REGRESSION_SETS else DummyClassifier(strategy="most_frequent")
+            trivial = float(dummy.fit(Xtr, ytr).score(Xte, yte))
+            plain = float(_line(name).fit(Xtr, ytr).score(Xte, yte))
+            report["splits"].append(dict(data=name, split=r, n=len(Xtr), test=len(Xte), public=len(public),
+                                         trivial=trivial, nonprivate=plain))
+            options = _common.options(a, seed=a.seed + r)
+            makers = {
+                "before": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, **OLD_DEFAULTS,
+                                                   options=options),
+                "after": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, options=options),
+                "search": lambda: PrivateSearchCV(*_suggested_search(name), oracle=oracle, **common, options=options),
+            }
+            for line in LINES:
+                fitted, messages, seconds = _watched_fit(makers[line], Xtr, ytr)
+                pe = fitted.best_estimator_ if line == "search" else fitted
+                rec = dict(data=name, split=r, line=line, n=len(Xtr),
+                           **_fit_record(pe, eps, messages, seconds, pe.score(Xte, yte), trivial))
+                if line == "search":
+                    rec["best_params"] = {k: (v if isinstance(v, (str, float, int)) else type(v).__name__)
+                                          for k, v in fitted.best_params_.items()}
+                rec["more_releases"] = _more_releases(pe, Xtr, ytr, Xte, yte, a.releases)
+                report["fits"].append(rec)
+                if line != "search" and rec["useless"] and line not in useless_fit:
+                    useless_fit[line] = (line, r, pe.estimate_, options, Xtr, ytr, oracle)
+                _common.say(a, f"  {name} split {r} {line:6s}: {rec['score']:.3f} (trivial {trivial:.3f}, non-private "
+                               f"{plain:.3f}), {rec['mechanism']} m={rec['m']} k={rec['k']} Δ̂={rec['sensitivity']:.4g}, "
+                               f"preview {rec['preview']:.3f}, warned={rec['warned']}, {seconds:.0f} s")
+            for variant in DPL_VARIANTS:
+                spec, data = _dpl_inputs(name, variant, public, Xtr, ytr, Xte, yte, r)
+                dpl_splits[variant][0].append(spec)
+                dpl_splits[variant][1].append(data)
+        if dpl is not None:
+            for variant, (specs, data) in dpl_splits.items():
+                try:
+                    scores, versions = run_diffprivlib(dpl, specs, data, [eps])
+                except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                    report["diffprivlib_failures"].append(f"{name} ({variant}): {exc}")
+                    continue
+                report["diffprivlib_versions"] = versions
+                for r, s in enumerate(scores[:, 0]):
+                    report["splits"][-repeats + r][f"diffprivlib_{variant}"] = float(s)
+        if useless_fit:  # the same fit (the line as written first) with on_useless="refuse" and a ledger
+            line, r, estimate, options, Xtr, ytr, oracle = useless_fit.get("after") or useless_fit["before"]
+            extra = OLD_DEFAULTS if line == "before" else {}
+            with tempfile.TemporaryDirectory(prefix="raydp-refuse-") as tmp:
+                ledger = raydp.Ledger.create(os.path.join(tmp, "budget.json"), epsilon_total=10.0, delta_total=1e-3)
+                refused, message = False, None
+                try:
+                    PrivateEstimator(_line(name), oracle=oracle, **common, **extra, options=options, estimate=estimate,
+                                     on_useless="refuse", ledger=ledger).fit(Xtr, ytr)
+                except UtilityError as exc:
+                    refused, message = True, str(exc)
+                again = raydp.Ledger(os.path.join(tmp, "budget.json"))
+                report["refuse"].append(dict(data=name, line=line, split=r, refused=refused,
+                                             spent=list(again.spent()), entries=len(again.entries()),
+                                             message=message))
+        _common.say(a, f"  {name}: done at {time.perf_counter() - t_start:.0f} s")
 
-        def realised(make, estimate=None):
-            out, warned = [], 0
-            for Xtr, ytr, Xte, yte in splits:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always", UtilityWarning)
-                    pe = make(estimate).fit(Xtr, ytr)
-                warned += any(issubclass(w.category, UtilityWarning) for w in caught)
-                estimate = pe.estimate_  # sampled once (public data), reused by every later split
-                out.append(pe.score(Xte, yte))
-            return out, warned, estimate
+    if a.spread_seeds:
+        for name in sets:
+            public, Xtr, _, _, _ = _one_liner_split(name, a.seed, 0)
+            oracle = oracles.bootstrap(public)
+            for s in range(a.spread_seeds):
+                options = _common.options(a, seed=1000 + s)
+                row = dict(data=name, seed=1000 + s, n=len(Xtr))
+                for variant, extra in (("before", OLD_DEFAULTS), ("after", {})):
+                    pe = PrivateEstimator(_line(name), oracle=oracle, **common, **extra, options=options)
+                    t0 = time.perf_counter()
+                    pe.preview(len(Xtr))
+                    est = pe.preview_estimate_
+                    row[variant] = dict(seconds=time.perf_counter() - t0, mechanism=est.mechanism["name"],
+                                        sensitivity=float(est.sensitivity), m=int(est.plan.m), k=int(est.plan.k),
+                                        by_mechanism=None if not pe.preview_choice_ else {
+                                            k: float(v["sensitivity"]) for k, v in pe.preview_choice_["previews"].items()})
+                report["spread"].append(row)
+                _common.say(a, f"  Δ̂ spread {name} seed {row['seed']}: before ℓ2 {row['before']['sensitivity']:.4g}, "
+                               f"after {row['after']['by_mechanism']} (m={row['after']['m']})")
 
-        base = dict(data=name, n=n)
-        trivial = [float(np.mean(yte == np.bincount(ytr.astype(int)).argmax())) for Xtr, ytr, Xte, yte in splits]
-        plain = [pipe().fit(Xtr, ytr).score(Xte, yte) for Xtr, ytr, Xte, yte in splits]
-        report["rows"] += [dict(base, method="trivial (majority)", epsilon=None, scores=trivial),
-                           dict(base, method="non-private pipeline", epsilon=None, scores=plain)]
-        for eps in epsilons:
-            opts = _common.options(a)
-            common = dict(oracle=oracle, epsilon=eps, delta=a.delta, gamma=a.gamma, options=opts)
-            # public_steps=None: the scaler's statistics sampled and released with noise
-            before = PrivateEstimator(pipe(), public_steps=None, **common)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UtilityWarning)
-                prev_before = before.preview(n, repeats=5)
-            scores, warned, est = realised(lambda e: PrivateEstimator(pipe(), public_steps=None, estimate=e,
-                                                                      **common), before.preview_estimate_)
-            report["rows"].append(dict(base, method="one-liner before (public_steps=None)", epsilon=eps,
-                                       scores=scores, warned=warned, sensitivity=est.sensitivity,
-                                       preview=prev_before.rows[0]["mean"], preview_sd=prev_before.rows[0]["sd"]))
-            # the one-liner now: the scaler fitted on public records, frozen
-            now = PrivateEstimator(pipe(), **common)
-            prev_now = now.preview(n, repeats=5)
-            scores, warned, est = realised(lambda e: PrivateEstimator(pipe(), estimate=e, **common),
-                                           now.preview_estimate_)
-            report["rows"].append(dict(base, method="one-liner now (scaler public)", epsilon=eps, scores=scores,
-                                       warned=warned, sensitivity=est.sensitivity,
-                                       preview=prev_now.rows[0]["mean"], preview_sd=prev_now.rows[0]["sd"]))
-            # model selection on public data, then one release per split
-            search = PrivateSearchCV(space, grid, repeats=5, **common)
-            search.fit(*splits[0][:2])
-            best = search.best_params_
-            chosen = f"C={best['logisticregression__C']:g}" + (
-                ", clipped" if best["functiontransformer"] is clip else "")
-            first = search.best_estimator_
-            scores = [first.score(*splits[0][2:])]
-            rest, warned, est = realised(lambda e: PrivateEstimator(clone(space).set_params(**best), estimate=e,
-                                                                    **common), first.estimate_)
-            report["rows"].append(dict(base, method=f"PrivateSearchCV (C, clip ±3) → {chosen}", epsilon=eps,
-                                       scores=scores + rest[1:], warned=warned, sensitivity=est.sensitivity,
-                                       preview=search.best_score_,
-                                       preview_sd=search.cv_results_["std_private_score"][search.best_index_],
-                                       search=search.table().replace(repr(clip), "clip ±3")))
-        for r in report["rows"]:
-            if r["data"] == name:
-                _common.say(a, f"    {r['method']:40s} ε={r['epsilon']}: {np.mean(r['scores']):.3f}")
-    table_rows = []
-    for r in report["rows"]:
-        sc = np.asarray(r["scores"], dtype=float)
-        r["mean"], r["sd"] = float(sc.mean()), float(sc.std(ddof=1))
-        table_rows.append([r["data"], r["n"], r["method"], "—" if r["epsilon"] is None else f"{r['epsilon']:g}",
-                           "—" if "sensitivity" not in r else f"{r['sensitivity']:.3g}",
-                           "—" if "preview" not in r else f"{r['preview']:.3f} ± {r['preview_sd']:.3f}",
-                           f"{r['mean']:.3f} ± {r['sd']:.3f}", r.get("warned", "—")])
+    if a.wall_time_repeats:
+        _wall_times(a, report)
     report["seconds"] = time.perf_counter() - t_start
-    md = (_report.header("The README's scikit-learn one-liner on raw data", report)
-          + f"\n`PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression()), oracle=oracles.bootstrap("
-            f"public_rows), epsilon=ε, delta={a.delta:g}, gamma={a.gamma:g})` on raw features (wine: "
-            f"{ONE_LINER_SETS['wine'][2]}; breast cancer: {ONE_LINER_SETS['breast_cancer'][2]}). Each set shuffled "
-            f"(seed {a.seed}) and halved: public half = oracle; private half split 70/30, {repeats} times. "
-            "Preview: expected accuracy of the release from public records only (5 public draws, no private record "
-            "read); realised: test accuracy on the private half, mean ± sd over the splits; warned: fits that "
-            "raised UtilityWarning. Δ̂: ℓ2 (Gaussian, δ > 0).\n\n"
-          + _report.table(["data", "n", "model", "ε", "Δ̂", "preview (public)", "realised accuracy", "warned"],
-                          table_rows)
-          + f"\n\nTotal {report['seconds']:.0f} s.\n")
+    _summarise(report, sets)
+    md = _one_liner_markdown(report, sets)
     _report.write(a.out, "sklearn_one_liner", report, md)
     print(md)
     return 0
+
+
+def _summarise(report: dict, sets: list[str]) -> None:
+    """The table's cells, the spread, the calibration and the goals, from the per-fit records."""
+    fits, splits = report["fits"], report["splits"]
+    table = {}
+    for name in sets:
+        mine = [s for s in splits if s["data"] == name]
+        row = {"n": mine[0]["n"], "trivial": _stats([s["trivial"] for s in mine]),
+               "nonprivate": _stats([s["nonprivate"] for s in mine])}
+        for line in LINES:
+            recs = [f for f in fits if f["data"] == name and f["line"] == line]
+            row[line] = dict(_stats([f["score"] for f in recs]), warned=sum(f["warned"] for f in recs),
+                             useless=sum(f["useless"] for f in recs))
+        for variant in DPL_VARIANTS:
+            got = [s[f"diffprivlib_{variant}"] for s in mine if f"diffprivlib_{variant}" in s]
+            row[f"diffprivlib_{variant}"] = _stats(got) if got else None
+        table[name] = row
+    report["table"] = table
+
+    spread = {}
+    for name in sets:
+        rows = [s for s in report["spread"] if s["data"] == name]
+        if not rows:
+            continue
+        before = _stats([s["before"]["sensitivity"] for s in rows])
+        after_l2 = _stats([s["after"]["by_mechanism"]["gaussian"] for s in rows])
+        after_l1 = _stats([s["after"]["by_mechanism"]["laplace"] for s in rows])
+        spread[name] = {"seeds": len(rows), "before_l2": before, "after_l2": after_l2, "after_l1": after_l1,
+                        "after_m": sorted({s["after"]["m"] for s in rows}),
+                        "after_mechanisms": {m: sum(s["after"]["mechanism"] == m for s in rows)
+                                             for m in ("gaussian", "laplace")},
+                        "sd_ratio": after_l2["sd"] / before["sd"] if before["sd"] else None,
+                        "cv_ratio": after_l2["cv"] / before["cv"] if before["cv"] else None,
+                        "range_ratio": ((after_l2["max"] - after_l2["min"]) / (before["max"] - before["min"])
+                                        if before["max"] > before["min"] else None)}
+    report["spread_summary"] = spread
+
+    releases = []
+    for f in fits:
+        for score in [f["score"], *f["more_releases"]]:
+            releases.append({"data": f["data"], "line": f["line"], "score": score, "preview_scores": f["preview_scores"]})
+    firsts = [{"data": f["data"], "line": f["line"], "score": f["score"], "preview_scores": f["preview_scores"]}
+              for f in fits]
+    report["calibration"] = {"all": _coverage(releases), "first release of each fit": _coverage(firsts),
+                             **{f"line {line}": _coverage([r for r in releases if r["line"] == line]) for line in LINES},
+                             **{f"data {name}": _coverage([r for r in releases if r["data"] == name]) for name in sets}}
+    report["calibration_bias"] = {name: _stats([r["score"] - _stats(r["preview_scores"])["mean"]
+                                                for r in releases if r["data"] == name]) for name in sets}
+
+    goals = []
+    for name in sets:
+        row = table[name]
+        gap = row["nonprivate"]["mean"] - row["after"]["mean"]
+        goals.append({"goal": "within 0.1 of non-private (100+ private records)", "data": name,
+                      "applies": row["n"] >= 100, "met": bool(row["n"] >= 100 and gap <= 0.1),
+                      "figure": f"gap {gap:.3f} (mean over splits), worst split "
+                                f"{max(s['nonprivate'] - f['score'] for s in splits for f in fits if s['data'] == name and f['data'] == name and f['line'] == 'after' and f['split'] == s['split']):.3f}"})
+    silent = [f for f in fits if f["line"] == "after" and f["below_trivial"] and not f["warned"]]
+    unjudged = [f for f in fits if f["line"] == "after" and f["below_trivial"] and not f["useless"]]
+    goals.append({"goal": "never below the trivial predictor without a warning", "data": "all", "applies": True,
+                  "met": not silent,
+                  "figure": f"{sum(f['below_trivial'] for f in fits if f['line'] == 'after')} of "
+                            f"{sum(f['line'] == 'after' for f in fits)} releases below trivial; {len(silent)} of them "
+                            f"without a warning seen, {len(unjudged)} not judged useless by the preview"})
+    for chk in report["refuse"]:
+        goals.append({"goal": 'on_useless="refuse" refuses before any charge', "data": chk["data"], "applies": True,
+                      "met": chk["refused"] and chk["entries"] == 0 and chk["spent"] == [0.0, 0.0],
+                      "figure": f"{chk['line']} line, split {chk['split']}: refused={chk['refused']}, ledger entries "
+                                f"{chk['entries']}, spent {chk['spent']}"})
+    for name, sp in spread.items():
+        goals.append({"goal": "Δ̂'s spread across seeds at least halves (ℓ2, sd/mean)", "data": name, "applies": True,
+                      "met": sp["cv_ratio"] is not None and sp["cv_ratio"] <= 0.5,
+                      "figure": f"sd/mean {sp['before_l2']['cv']:.3f} → {sp['after_l2']['cv']:.3f} (×{sp['cv_ratio']:.2f}); "
+                                f"sd ×{sp['sd_ratio']:.2f}" if sp["cv_ratio"] is not None else "no spread before"})
+    for name in sets:
+        row = table[name]
+        dpl = [row[f"diffprivlib_{v}"]["mean"] for v in DPL_VARIANTS if row[f"diffprivlib_{v}"]]
+        if dpl:
+            goals.append({"goal": "PrivateSearchCV ahead of diffprivlib", "data": name, "applies": True,
+                          "met": row["search"]["mean"] > max(dpl),
+                          "figure": f"{_num(row['search']['mean'])} vs diffprivlib's best {_num(max(dpl))}"})
+    report["goals"] = goals
+
+
+def _one_liner_markdown(report: dict, sets: list[str]) -> str:
+    table, fits = report["table"], report["fits"]
+    dpl_present = [v for v in DPL_VARIANTS if any(table[s][f"diffprivlib_{v}"] for s in sets)]
+    head = (["data (private train n)", "trivial", "non-private"] + [LINE_TITLES[x] for x in LINES]
+            + [DPL_VARIANTS[v] for v in dpl_present])
+    rows = []
+    for name in sets:
+        t = table[name]
+        metric = "R²" if name in REGRESSION_SETS else "accuracy"
+        rows.append([f"{name}, {metric} ({t['n']})", _num(t["trivial"]["mean"]), _num(t["nonprivate"]["mean"])]
+                    + [_cell([f["score"] for f in fits if f["data"] == name and f["line"] == x], t[x]["warned"])
+                       for x in LINES]
+                    + [_cell([s[f"diffprivlib_{v}"] for s in report["splits"] if s["data"] == name]) for v in dpl_present])
+    detail = []
+    for f in fits:
+        if f["line"] == "search":
+            what = ", ".join(f"{k.split('__')[-1]}={v}" for k, v in f["best_params"].items())
+        else:
+            what = "—" if f["suggestion"] is None else f"{f['suggestion']:.3f}"
+        detail.append([f["data"], f["split"], f["line"], f["mechanism"], f"{f['m']} / {f['k']}", f"{f['sensitivity']:.4g}",
+                       f"{f['preview']:.3f} [{f['interval'][0]:.3f}, {f['interval'][1]:.3f}]", f"{f['score']:.3f}",
+                       f"{f['trivial']:.3f}", "yes" if f["useless"] else "no", "yes" if f["warned"] else "no", what,
+                       f"{f['seconds']:.0f}"])
+    parts = [
+        _report.header("The README's scikit-learn line on raw public data, before and after", report),
+        f"\n`PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression()), oracle=oracles.bootstrap("
+        f"public_rows), epsilon={report['epsilon']:g}, delta={report['delta']:g}, gamma={report['gamma']:g})` "
+        f"(`Ridge()` for the regression), on every raw column of three data sets bundled with scikit-learn: "
+        + "; ".join(f"**{k}**: {v}" for k, v in report["sets"].items())
+        + f". Each of {report['repeats']} splits (seeds fixed) shuffles the set: the public half is the oracle "
+        "(`oracles.bootstrap` of its rows), the private half is split 70/30 into train and test. *Before*: the same "
+        "line with the old defaults (`time_budget=None`: the fewest pairs, m = k = 1305 at γ = 0.05; "
+        "`mechanism=\"gaussian\"`). *After*: the line as written (a 20 s sampling budget, the mechanism previewed "
+        "and chosen). The search is the line a warning suggests (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}, "
+        "with or without `PublicClip(3)` after the public scaler). diffprivlib 0.6.6 runs in its own environment, "
+        "given the public half's bounds (`data_norm` = the largest public row norm; `bounds_X`, `bounds_y` = the "
+        "public min and max), on the public half's standardisation and on raw columns. Cells: mean ± sd over "
+        "the splits, min; warned: fits that raised a UtilityWarning.\n\n",
+        _report.table(head, rows),
+        "\n\n## Every private fit\n\nmechanism and (m, k) as chosen; preview: the mean of the release's 20 "
+        "previews on public records and their central 80%; useless: the preview's own judgement (the fit must warn); "
+        "warned: a UtilityWarning was seen; last column: the suggested search's previewed score (before/after) or "
+        "the search's choice.\n\n",
+        _report.table(["data", "split", "line", "mechanism", "m / k", "Δ̂", "preview [80%]", "realised", "trivial",
+                       "useless", "warned", "suggestion / choice", "s"], detail),
+    ]
+    if report["spread_summary"]:
+        srows = []
+        for name, sp in report["spread_summary"].items():
+            b, l2, l1 = sp["before_l2"], sp["after_l2"], sp["after_l1"]
+            srows.append([name, sp["seeds"],
+                          f"{b['median']:.4g} [{b['min']:.4g}–{b['max']:.4g}], sd/mean {b['cv']:.3f}",
+                          f"{l2['median']:.4g} [{l2['min']:.4g}–{l2['max']:.4g}], sd/mean {l2['cv']:.3f}",
+                          f"{l1['median']:.4g} [{l1['min']:.4g}–{l1['max']:.4g}], sd/mean {l1['cv']:.3f}",
+                          ", ".join(map(str, sp["after_m"])),
+                          f"×{sp['cv_ratio']:.2f}" if sp["cv_ratio"] is not None else "—",
+                          f"×{sp['sd_ratio']:.2f}" if sp["sd_ratio"] is not None else "—",
+                          f"×{sp['range_ratio']:.2f}" if sp["range_ratio"] is not None else "—",
+                          ", ".join(f"{k} {v}" for k, v in sp["after_mechanisms"].items() if v)])
+        parts += [f"\n\n## Δ̂ across sampler seeds\n\nSplit 0's public data and n, seeds 1000…; before: ℓ2 Δ̂ of "
+                  "the old defaults; after: the line's ℓ2 and ℓ1 Δ̂ (each sampled on half the budget) and the m "
+                  "the budget chose for the mechanism it kept. Ratios: after ÷ before, ℓ2.\n\n",
+                  _report.table(["data", "seeds", "before ℓ2 Δ̂ median [range]", "after ℓ2 Δ̂", "after ℓ1 Δ̂",
+                                 "after m", "sd/mean ratio", "sd ratio", "range ratio", "after chose"], srows)]
+    crows = []
+    for group, rows_ in report["calibration"].items():
+        for c in rows_:
+            if c["releases"]:
+                crows.append([group, c["interval"], f"{c['inside']}/{c['releases']}", f"{c['share']:.2f}",
+                              f"[{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}]"])
+    bias = "; ".join(f"{k} {v['mean']:+.3f} (sd {v['sd']:.3f})" for k, v in report["calibration_bias"].items())
+    parts += [f"\n\n## Does a release land in its preview's interval?\n\nEvery fit above released once, then "
+              f"{report['releases_per_fit']} more times at the same Δ̂ (fresh noise; `sample_then_respond`), each scored "
+              "on the split's test records; share inside intervals read off the fit's 20 previews, with a 95% "
+              "Clopper–Pearson interval (the releases of one fit share its Δ̂ and split, so the interval of \"all\" "
+              f"is too narrow; \"first release of each fit\" has independent releases). Realised minus previewed mean: {bias}.\n\n",
+              _report.table(["releases", "interval", "inside", "share", "95% CI"], crows)]
+    if report.get("wall_time"):
+        wt = report["wall_time"]
+        wrows = [[s["where"], s["variant"], _report.spread_text(s["fit_seconds"]["values"], "{:.1f}"),
+                  _report.spread_text(s["sampling_seconds"]["values"], "{:.1f}"),
+                  _report.spread_text(s["process_seconds"]["values"], "{:.1f}"), ", ".join(map(str, s["m"])),
+                  f"{s['useless']}/{s['runs']}", f"{s['warned']}/{s['runs']}"] for s in wt["summary"]]
+        loads = [r["load"] for r in wt["runs"]]
+        parts += [f"\n\n## Wall time of one fit\n\n{wt['set']}, split 0, each fit in a fresh process, "
+                  f"{wt['repeats']} rounds interleaved (before/after order alternating); cluster: "
+                  "`raydp.local_cluster.LocalCluster(workers=1, cpus_per_node=1)` (a head and a worker, token auth, "
+                  f"RAY_ADDRESS set for the fit). Median [min–max]. A fit the preview judges useless also runs the "
+                  "suggested search on public data (its candidates at the fewest pairs) before it warns. Load average during the runs: "
+                  f"{min(loads):.1f}–{max(loads):.1f} on {os.cpu_count()} cores.\n\n",
+                  _report.table(["where", "line", "fit s", "sampling s (kept mechanism)", "process s", "m",
+                                 "useless (a suggestion searched)", "warned"], wrows)]
+    grows = [[g["goal"], g["data"], ("met" if g["met"] else "NOT met") if g["applies"] else "n/a (under 100 records)",
+              g["figure"]] for g in report["goals"]]
+    parts += ["\n\n## Goals\n\n", _report.table(["goal", "data", "", "figure"], grows)]
+    if report["diffprivlib_versions"]:
+        parts.append("\n\ndiffprivlib environment: " + ", ".join(f"{k} {v}" for k, v in
+                                                                report["diffprivlib_versions"].items()))
+    for fail in report["diffprivlib_failures"]:
+        parts.append(f"\n\ndiffprivlib failed on {fail}")
+    parts.append(f"\n\nTotal {report['seconds']:.0f} s.\n")
+    return "".join(parts)
 
 
 if __name__ == "__main__":

@@ -70,10 +70,16 @@ def guided_group(blocks: int, slots: int, block_seconds: float, per_slot: int = 
 def guided_tasks(blocks: int, slots: int, block_seconds: float, per_slot: int = 1) -> int:
     """How many tasks :class:`~raydp.engine.grouping.GuidedGroups` makes of ``blocks`` blocks of
     ``block_seconds`` each (its cost known from the start, as when the sampler sets it from its probe)."""
+    # The group is g = max(1, min(want, ⌈left / S⌉)) with S = per_slot · slots; it keeps its value while
+    # left > (g − 1)·S, so the steps of one value are counted at once: a few dozen steps where one task
+    # at a time took up to ``blocks`` (the projections of jobs/scale_sim.py call this thousands of times).
+    spread = per_slot * slots
     tasks, left = 0, blocks
     while left > 0:
-        left -= min(left, guided_group(left, slots, block_seconds, per_slot))
-        tasks += 1
+        g = guided_group(left, slots, block_seconds, per_slot)
+        steps = max(1, -(-(left - (g - 1) * spread) // g))
+        left = max(0, left - steps * g)
+        tasks += steps
     return tasks
 
 

@@ -154,6 +154,31 @@ def test_guided_groups_on_the_issue_20_case():
     assert sizes[0] == 1 and sizes[1] == 21
 
 
+def test_guided_tasks_counts_what_one_task_at_a_time_counts():
+    # guided_tasks counts a run of equal groups at once; it must give what taking one group at a time
+    # gives, on small and wide clusters, cheap and expensive blocks, and with the sampler's own
+    # GuidedGroups (its cost known from the start)
+    import numpy as np
+
+    def one_at_a_time(blocks, slots, block_seconds, per_slot=1):
+        tasks, left = 0, blocks
+        while left > 0:
+            left -= min(left, sim.guided_group(left, slots, block_seconds, per_slot))
+            tasks += 1
+        return tasks
+
+    rng = np.random.default_rng(7)
+    cases = [(1, 1, 0.0), (1305, 64, 0.2), (100_000, 8, 1e-3), (50_000, 2000, 1e-4), (7, 3, 10.0)]
+    cases += [(int(rng.integers(1, 20_000)), int(rng.integers(1, 300)), float(10 ** rng.uniform(-5, 1)))
+              for _ in range(200)]
+    for blocks, slots, seconds in cases:
+        for per_slot in (1, 2):
+            assert sim.guided_tasks(blocks, slots, seconds, per_slot) == one_at_a_time(blocks, slots, seconds, per_slot)
+    for blocks, slots, seconds in cases[:40]:
+        assert sim.guided_tasks(blocks, slots, seconds) == len(
+            _drain(GuidedGroups(range(blocks), slots=slots, block_seconds=seconds), seconds))
+
+
 def test_guided_groups_grow_for_a_cheap_target_and_shrink_at_the_end():
     sizes = _drain(GuidedGroups(range(100_000), slots=8), 1e-3)  # 1 ms a block
     assert sizes[0] == 1  # nothing measured yet

@@ -131,19 +131,22 @@ class PrivateSearchCV(BaseEstimator):
 
         def preview(cand):
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    return cand.preview(n, repeats=repeats), None
+                return cand.preview(n, repeats=repeats), None
             except RaydpError as exc:  # public data only: a candidate that cannot be fitted is out, and says why
                 return None, exc
 
-        if self._together() and len(built) > 1:
-            from concurrent.futures import ThreadPoolExecutor
+        # Warnings are silenced here, in the calling thread, around every candidate: catch_warnings is not
+        # thread-safe, and entered in the pool's threads it could leave the process's filters at "ignore"
+        # for good (a later UtilityWarning lost). This thread's exit restores them whatever the threads did.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if self._together() and len(built) > 1:
+                from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(max_workers=len(built)) as pool:
-                outcomes = list(pool.map(preview, built))
-        else:
-            outcomes = [preview(cand) for cand in built]
+                with ThreadPoolExecutor(max_workers=len(built)) as pool:
+                    outcomes = list(pool.map(preview, built))
+            else:
+                outcomes = [preview(cand) for cand in built]
         candidates = []
         for params, cand, (previewed, exc) in zip(grid, built, outcomes):
             if exc is not None:

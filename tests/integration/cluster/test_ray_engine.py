@@ -271,3 +271,31 @@ def test_second_driver_connects_by_address(local_mean):
 def test_task_bigger_than_any_node_fails_fast():
     with pytest.raises(EngineError, match="largest node has 2 CPUs"):
         _estimate(backend="ray", m=200, gamma=None, cpus_per_task=3)
+
+
+def test_a_search_on_ray_leaves_the_warning_filters_as_it_found_them():
+    """``PrivateSearchCV`` previews its candidates in threads when a cluster is at hand. Each used to silence
+    warnings with its own ``catch_warnings`` — not thread-safe: threads leaving out of order left the process's
+    filters at "ignore" for good, and every later ``UtilityWarning`` (a useless release) went unseen."""
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from raydp.sklearn import PrivateSearchCV, UtilityWarning
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(0, 1, (400, 3)) * np.array([1.0, 10.0, 1000.0])
+    y = (X[:, 0] + X[:, 1] / 10 + rng.normal(0, 0.5, 400) > 0).astype(float)
+    oracle = oracles.bootstrap(np.column_stack([X[:200], y[:200]]))
+    grid = {"logisticregression__C": [0.01, 0.03, 0.1, 0.3, 1.0, 3.0]}
+    before = list(warnings.filters)
+    for seed in range(3):  # a race: several chances to leave the threads out of order
+        PrivateSearchCV(make_pipeline(StandardScaler(), LogisticRegression()), grid, oracle=oracle, epsilon=1.0,
+                        gamma=0.3, time_budget=None, repeats=3,
+                        options=raydp.SamplerOptions(seed=seed, backend="ray", progress=False)).search(200)
+        assert warnings.filters == before
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn("seen", UtilityWarning)
+    assert [str(w.message) for w in caught] == ["seen"]

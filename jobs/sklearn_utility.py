@@ -542,7 +542,7 @@ def _fit_record(pe, eps: float, messages: list[str], seconds: float, score: floa
 
     est, preview = pe.estimate_, pe.utility_
     row = preview.row(eps)
-    low, high = preview.interval(eps)
+    low, high = preview.interval(eps, widen=1.0)  # the central 80% itself: the calibration below widens it
     said = re.search(r"this previews (-?[0-9.]+)", " ".join(messages))
     choice = getattr(pe, "mechanism_choice_", None)
     return dict(score=float(score), trivial=float(trivial), below_trivial=bool(score < trivial), seconds=seconds,

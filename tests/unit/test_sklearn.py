@@ -629,7 +629,10 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
     for r in range(2):              # raw diabetes, Ridge(alpha=1): Δ̂ drowns the release, and the fit says so
         before, search = fits[("diabetes", r, "before")], fits[("diabetes", r, "search")]
         assert before["useless"] and before["warned"] and before["suggestion"] > before["preview"]
-        assert search["score"] > before["score"]
+        # the search's one release against the old line's (seeded) preview: both releases are OpenDP noise and
+        # unseeded; release against release failed about once in 200 runs (10^5 simulated draws of each), while
+        # the search's release falls below its 0.1% quantile (R² -0.5) far above the old line's preview (about -1.9)
+        assert search["score"] > before["preview"]
     assert [(c["data"], c["refused"], c["entries"], c["spent"]) for c in report["refuse"]] == [
         ("diabetes", True, 0, [0.0, 0.0])]
     releases = report["calibration"]["all"][0]

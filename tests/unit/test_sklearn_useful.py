@@ -116,9 +116,10 @@ def test_preview_reads_no_private_record_and_fit_reuses_its_sensitivity(data):
     assert 0.25 < preview.trivial < 0.45  # the majority class of three
     pe.fit(X, y)
     assert pe.estimate_ is pe.preview_estimate_  # no second sampling: the Δ̂ was made from public data
-    # the preview predicted the realised score on fresh data within its spread (3 sd, or 0.1)
+    # the preview predicted the realised score on fresh data within its spread (3 sd, or 0.15: the release's noise is
+    # unseeded, and with 0.1 it fell outside about twice in 10^4 simulated releases; with 0.15, 2 in 10^5)
     row = preview.rows[1]
-    assert abs(pe.score(Xt, yt) - row["mean"]) <= max(3 * row["sd"], 0.1)
+    assert abs(pe.score(Xt, yt) - row["mean"]) <= max(3 * row["sd"], 0.15)
 
 
 @pytest.mark.slow
@@ -153,9 +154,10 @@ def test_search_chooses_on_public_data_and_releases_once(data, tmp_path):
     assert len(ledger.entries()) == 1 and ledger.spent() == (1.0, 0.0)
     best = search.best_estimator_
     assert best.estimate_.sensitivity == r["sensitivity"][search.best_index_]
-    # one noisy release of the chosen candidate (C=10): over 200 releases mean 0.953, sd 0.037, min 0.778,
-    # 3% at or below 0.85 — so the bound is 0.7, ~7 sd below the mean (none of 200 below it)
-    assert search.score(Xt, yt) > 0.7
+    # one noisy release (unseeded OpenDP noise) of the chosen candidate (C=10): mean 0.953, sd 0.038, but a heavy
+    # left tail — of 400 000 simulated releases 0.2% scored at most 0.7, the 10^-4 quantile is 0.622 — so the
+    # bound is 0.55 (fails well below once in 10^4 runs), still far above the trivial predictor's ~0.33
+    assert search.score(Xt, yt) > 0.55
     assert "| 1 |" in search.table()
 
 

@@ -107,8 +107,10 @@ class SamplerOptions:
     time_budget : float or None
         Seconds of sampling to spend when only γ is given: the target is probed, and m is raised above
         the fewest pairs Theorem 15 allows as far as the budget affords on the resources at hand (a
-        cluster's slots, else one core), k following from Theorem 15 — a smaller, steadier Δ̂ at the same
-        γ (:func:`raydp.plan.plan_for`). Fixed from the probe's timing before any G is drawn. None (the
+        cluster's slots; with ``auto`` and no cluster, this machine's cores when the budget left after
+        starting Ray pays for it, else one core, and the run then stays in process), k following from
+        Theorem 15 — a smaller, steadier Δ̂ at the same γ (:func:`raydp.plan.plan_for`). Fixed from the
+        fastest of a few timed evaluations on public probe data, before any G is drawn. None (the
         default here): the fewest pairs. ``PrivateEstimator`` spends a budget by default.
     replay : bool
         Before stored G values are reused (a store's resume, an ``estimate=``, a stored Δ̂ released),

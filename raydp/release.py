@@ -65,8 +65,11 @@ class Release:
         if sizing:
             text += (f"; Δ̂ is the {sizing['k']}-th smallest of m = {sizing['m']} sampled G (the fewest pairs for this "
                      f"γ would be {sizing['fewest_pairs']}, k = m): m was sized to a {sizing['budget_seconds']:g} s "
-                     f"budget on {sizing['slots']} slot{'s' if sizing['slots'] != 1 else ''} from the probe's "
-                     f"{sizing['pair_seconds']:.2g} s per pair, before any G was drawn")
+                     f"budget on {sizing['slots']} slot{'s' if sizing['slots'] != 1 else ''}"
+                     f"{' (' + sizing['where'] + ')' if sizing.get('where') else ''} at "
+                     f"{sizing['pair_seconds']:.2g} s per pair (the fastest of "
+                     f"{sizing.get('timed_evaluations', 1)} timed evaluations on public probe data, twice), "
+                     "before any G was drawn")
         if self.replay is not None and (self.replay.skipped is not None or self.replay.reused):
             text += f"; {self.replay.words()}"
         return text

@@ -138,8 +138,14 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
     out_dim = probe_output_dim(probe, oracle, mechanism, n, seed, timeout=options.pair_timeout)
     probe_seconds = time.perf_counter() - t0
     sizing = None
+    backend = options.backend
     if sizable and options.time_budget is not None:
-        plan, sizing = _sized(plan, stored_plan, probe_seconds, options)
+        timings = [probe_seconds, *_warm_timings(probe, oracle, n, seed, probe_seconds, options)]
+        plan, sizing = _sized(plan, stored_plan, timings, options)
+        if sizing["where"] == "in process":  # what the budget was sized for is where it runs
+            from .engine import LocalBackend
+
+            backend = LocalBackend()
     if block_size is None:
         block_size = default_block_size(n, plan.m, batched=batched)
     identity = RunIdentity(n=n, seed=seed, block_size=block_size, mechanism=describe(mechanism),
@@ -149,37 +155,73 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
                   block_size=block_size, out_dim=out_dim, strict=options.strict, pair_timeout=options.pair_timeout,
                   setup_key=key, probe_seconds=probe_seconds, witness_pairs=seeded_pairs(seed, plan.m))
     check_fits(plan, job.layout, keep_sample=options.keep_sample)
-    return Run(job=job, plan=plan, identity=identity, backend=options.backend, store=store, options=options,
+    return Run(job=job, plan=plan, identity=identity, backend=backend, store=store, options=options,
                sizing=sizing)
 
 
-def _budget_slots(backend: Backend, budget: float) -> tuple[int, float]:
-    """``(slots, seconds)`` a time budget buys pairs with: a cluster's slots when one is at hand (Ray is
-    used then); for ``auto`` without one, this machine's cores on an embedded Ray when what is left of the
-    budget after starting it buys more, else one core in process."""
-    from .engine import AutoBackend, RayBackend
+def _budget_slots(backend: Backend, budget: float) -> tuple[int, float, str]:
+    """``(slots, seconds, where)`` a time budget buys pairs with: a cluster's slots when one is at hand (Ray
+    is used then); for ``auto`` without one, this machine's cores on an embedded Ray when what is left of
+    the budget after starting it buys more, else one core in process — and the run then stays in process
+    (``where``), so the budget is spent where it was sized for."""
+    from .engine import AutoBackend, LocalBackend, RayBackend
     from .engine.backends import RAY_START_SECONDS
 
     if isinstance(backend, RayBackend):
-        return backend.slots(), budget
+        return backend.slots(), budget, "ray"
     if isinstance(backend, AutoBackend):
         if backend.cluster_reason() is not None:
-            return backend.ray.slots(), budget
+            return backend.ray.slots(), budget, "ray"
         cores = backend.ray.num_cpus or os.cpu_count() or 1
         if (budget - RAY_START_SECONDS) * cores > budget:
-            return cores, budget - RAY_START_SECONDS
-    return 1, budget
+            return cores, budget - RAY_START_SECONDS, "embedded ray"
+        return 1, budget, "in process"
+    return 1, budget, "in process" if isinstance(backend, LocalBackend) else backend.name
 
 
-def _sized(plan: Plan, stored: Plan | None, probe_seconds: float, options: SamplerOptions) -> tuple[Plan, dict]:
-    """The plan a time budget affords: pairs = seconds · slots / (two evaluations' time, from the probe)."""
+#: Warm evaluations timed after the probe to size a budgeted run (at most, and at most
+#: WARM_SHARE of the budget): the fastest one prices a pair, steadier on a shared machine than one cold call.
+WARM_EVALUATIONS = 4
+WARM_SHARE = 0.05
+
+
+def _warm_timings(target, oracle, n: int, seed: int, cold: float, options: SamplerOptions) -> list[float]:
+    """Seconds of up to :data:`WARM_EVALUATIONS` more evaluations of the target, each on its own database
+    from the probe's stream (public oracle draws, none of the sample's pairs: the plan stays independent of
+    every G). Stops when the next would take the total past :data:`WARM_SHARE` of the budget."""
+    from .engine.blocks import PROBE_KEY, PairTimeout, _alarm
+    from .oracles import check_records
+
+    # a stream of its own (spawn key (PROBE_KEY, 1)): neither the probe's database nor any block's
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(PROBE_KEY, 1))))
+    spent, out = cold, []
+    for _ in range(WARM_EVALUATIONS):
+        if spent + min([cold, *out]) > WARM_SHARE * options.time_budget:
+            break
+        try:
+            records = check_records(oracle.sample(rng, n), n)
+            t0 = time.perf_counter()
+            with _alarm(options.pair_timeout):
+                target(records)
+        except (Exception, SystemExit, PairTimeout):  # noqa: BLE001 - the probe vouched for the target; a timing is optional
+            break
+        out.append(time.perf_counter() - t0)
+        spent += out[-1]
+    return out
+
+
+def _sized(plan: Plan, stored: Plan | None, timings: list[float], options: SamplerOptions) -> tuple[Plan, dict]:
+    """The plan a time budget affords: pairs = seconds · slots / (two evaluations' time). An evaluation's
+    time is the fastest of the probe and the warm timings (the first call pays one-off imports and caches,
+    and a busy neighbour only ever adds time)."""
     from .plan import plan_for
 
-    slots, seconds = _budget_slots(options.backend, options.time_budget)
-    pair_seconds = max(2.0 * probe_seconds, 1e-6)
+    slots, seconds, where = _budget_slots(options.backend, options.time_budget)
+    pair_seconds = max(2.0 * min(timings), 1e-6)
     affordable = int(seconds * slots / pair_seconds)
     sized = stored if stored is not None and math.isclose(stored.gamma, plan.gamma) else plan_for(plan.gamma, affordable)
-    return sized, {"budget_seconds": options.time_budget, "slots": slots, "pair_seconds": pair_seconds,
+    return sized, {"budget_seconds": options.time_budget, "slots": slots, "where": where,
+                   "pair_seconds": pair_seconds, "timed_evaluations": len(timings),
                    "fewest_pairs": plan.m, "m": sized.m, "k": sized.k,
                    **({"resumed": True} if sized is stored else {})}
 

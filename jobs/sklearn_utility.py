@@ -51,12 +51,14 @@ LogisticRegression()), oracle=oracles.bootstrap(public_rows), epsilon=1.0, delta
 --repeats splits (default 5, fixed seeds) shuffles a set: the public half is the oracle, the private
 half is split 70/30 into train and test. Lines: the trivial predictor, the non-private pipeline, the
 line with its old defaults (``time_budget=None, mechanism="gaussian"``: the fewest pairs, Gaussian),
-the line as written (a sampling budget, the mechanism previewed and chosen), the ``PrivateSearchCV``
+the line as written (a sampling budget; the mechanism chosen on public pilot pairs, the budget spent on
+its Δ̂), the ``PrivateSearchCV``
 a UtilityWarning suggests (C or alpha × ``PublicClip``), and diffprivlib given the public half's
 bounds. Each private fit is recorded with its mechanism, (m, k), Δ̂, preview, whether the preview
-judged it useless and whether a UtilityWarning was seen, then released --releases more times at its
+judged it useless or risky (its stated interval reaching below the trivial predictor) and whether a
+UtilityWarning was seen, then released --releases more times at its
 Δ̂ to measure how often a release lands in its preview's interval. Then Δ̂ across --spread-seeds
-sampler seeds (before vs after), ``on_useless="refuse"`` with a ledger on a useless fit, and the
+sampler seeds (before; after in ℓ2 with ``mechanism="gaussian"``; the line as written), ``on_useless="refuse"`` with a ledger on a useless fit, and the
 wall time of one fit before and after, each in a fresh process, in process and on a 2-node
 :class:`raydp.local_cluster.LocalCluster` (--wall-time-repeats rounds, interleaved). Writes
 ``sklearn_one_liner.{md,json}`` in --out (about two hours on 2 shared cores).
@@ -552,7 +554,9 @@ def _fit_record(pe, eps: float, messages: list[str], seconds: float, score: floa
                 previews_by_mechanism=None if not choice else {k: dict(v) for k, v in choice["previews"].items()},
                 preview=float(row["mean"]), preview_sd=float(row["sd"]),
                 preview_scores=[float(s) for s in row["scores"]], interval=[low, high],
-                useless=bool(preview.useless(eps)), warned=bool(messages),
+                useless=bool(preview.useless(eps)), risky=bool(preview.risky(eps)), warned=bool(messages),
+                warned_may_be_worse=any("may be worse than no model" in m for m in messages),
+                pilot=None if not choice else choice.get("pilot"),
                 suggestion=float(said.group(1)) if said else None)
 
 
@@ -837,18 +841,23 @@ def one_liner(a, argv) -> int:
             for s in range(a.spread_seeds):
                 options = _common.options(a, seed=1000 + s)
                 row = dict(data=name, seed=1000 + s, n=len(Xtr))
-                for variant, extra in (("before", OLD_DEFAULTS), ("after", {})):
+                # before: the old defaults (ℓ2, the fewest pairs); after: the line as written (the pilot picks the
+                # mechanism, the whole budget goes to its Δ̂); after_l2: the same budget with mechanism="gaussian",
+                # so the spread is compared in one norm whatever the pilot picked
+                for variant, extra in (("before", OLD_DEFAULTS), ("after", {}), ("after_l2", {"mechanism": "gaussian"})):
                     pe = PrivateEstimator(_line(name), oracle=oracle, **common, **extra, options=options)
                     t0 = time.perf_counter()
                     pe.preview(len(Xtr))
                     est = pe.preview_estimate_
                     row[variant] = dict(seconds=time.perf_counter() - t0, mechanism=est.mechanism["name"],
                                         sensitivity=float(est.sensitivity), m=int(est.plan.m), k=int(est.plan.k),
-                                        by_mechanism=None if not pe.preview_choice_ else {
+                                        pilot=None if not pe.preview_choice_ else {
                                             k: float(v["sensitivity"]) for k, v in pe.preview_choice_["previews"].items()})
                 report["spread"].append(row)
                 _common.say(a, f"  Δ̂ spread {name} seed {row['seed']}: before ℓ2 {row['before']['sensitivity']:.4g}, "
-                               f"after {row['after']['by_mechanism']} (m={row['after']['m']})")
+                               f"after {row['after']['mechanism']} {row['after']['sensitivity']:.4g} "
+                               f"(m={row['after']['m']}), after ℓ2 {row['after_l2']['sensitivity']:.4g} "
+                               f"(m={row['after_l2']['m']})")
 
     if a.wall_time_repeats:
         _wall_times(a, report)
@@ -884,10 +893,11 @@ def _summarise(report: dict, sets: list[str]) -> None:
         if not rows:
             continue
         before = _stats([s["before"]["sensitivity"] for s in rows])
-        after_l2 = _stats([s["after"]["by_mechanism"]["gaussian"] for s in rows])
-        after_l1 = _stats([s["after"]["by_mechanism"]["laplace"] for s in rows])
-        spread[name] = {"seeds": len(rows), "before_l2": before, "after_l2": after_l2, "after_l1": after_l1,
+        after_l2 = _stats([s["after_l2"]["sensitivity"] for s in rows])
+        spread[name] = {"seeds": len(rows), "before_l2": before, "after_l2": after_l2,
+                        "after": [(s["after"]["mechanism"], s["after"]["sensitivity"]) for s in rows],
                         "after_m": sorted({s["after"]["m"] for s in rows}),
+                        "after_l2_m": sorted({s["after_l2"]["m"] for s in rows}),
                         "after_mechanisms": {m: sum(s["after"]["mechanism"] == m for s in rows)
                                              for m in ("gaussian", "laplace")},
                         "sd_ratio": after_l2["sd"] / before["sd"] if before["sd"] else None,
@@ -964,7 +974,8 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
             what = "—" if f["suggestion"] is None else f"{f['suggestion']:.3f}"
         detail.append([f["data"], f["split"], f["line"], f["mechanism"], f"{f['m']} / {f['k']}", f"{f['sensitivity']:.4g}",
                        f"{f['preview']:.3f} [{f['interval'][0]:.3f}, {f['interval'][1]:.3f}]", f"{f['score']:.3f}",
-                       f"{f['trivial']:.3f}", "yes" if f["useless"] else "no", "yes" if f["warned"] else "no", what,
+                       f"{f['trivial']:.3f}", "yes" if f["useless"] else "no",
+                       ("may be worse" if f.get("warned_may_be_worse") else "yes") if f["warned"] else "no", what,
                        f"{f['seconds']:.0f}"])
     parts = [
         _report.header("The README's scikit-learn line on raw public data, before and after", report),
@@ -975,8 +986,8 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
         + f". Each of {report['repeats']} splits (seeds fixed) shuffles the set: the public half is the oracle "
         "(`oracles.bootstrap` of its rows), the private half is split 70/30 into train and test. *Before*: the same "
         "line with the old defaults (`time_budget=None`: the fewest pairs, m = k = 1305 at γ = 0.05; "
-        "`mechanism=\"gaussian\"`). *After*: the line as written (a 20 s sampling budget, the mechanism previewed "
-        "and chosen). The search is the line a warning suggests (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}, "
+        "`mechanism=\"gaussian\"`). *After*: the line as written (a 20 s sampling budget; the mechanism chosen by "
+        "previews at stand-in Δ̂s read off public pilot pairs, then the budget spent on its Δ̂). The search is the line a warning suggests (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}, "
         "with or without `PublicClip(3)` after the public scaler). diffprivlib 0.6.6 runs in its own environment, "
         "given the public half's bounds (`data_norm` = the largest public row norm; `bounds_X`, `bounds_y` = the "
         "public min and max), on the public half's standardisation and on raw columns. Cells: mean ± sd over "
@@ -984,7 +995,8 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
         _report.table(head, rows),
         "\n\n## Every private fit\n\nmechanism and (m, k) as chosen; preview: the mean of the release's 20 "
         "previews on public records and their central 80%; useless: the preview's own judgement (the fit must warn); "
-        "warned: a UtilityWarning was seen; last column: the suggested search's previewed score (before/after) or "
+        "warned: a UtilityWarning was seen (\"may be worse\": the warning that the stated interval reaches below the "
+        "trivial predictor, for a release not judged useless); last column: the suggested search's previewed score (before/after) or "
         "the search's choice.\n\n",
         _report.table(["data", "split", "line", "mechanism", "m / k", "Δ̂", "preview [80%]", "realised", "trivial",
                        "useless", "warned", "suggestion / choice", "s"], detail),
@@ -992,21 +1004,24 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
     if report["spread_summary"]:
         srows = []
         for name, sp in report["spread_summary"].items():
-            b, l2, l1 = sp["before_l2"], sp["after_l2"], sp["after_l1"]
+            b, l2 = sp["before_l2"], sp["after_l2"]
             srows.append([name, sp["seeds"],
                           f"{b['median']:.4g} [{b['min']:.4g}–{b['max']:.4g}], sd/mean {b['cv']:.3f}",
                           f"{l2['median']:.4g} [{l2['min']:.4g}–{l2['max']:.4g}], sd/mean {l2['cv']:.3f}",
-                          f"{l1['median']:.4g} [{l1['min']:.4g}–{l1['max']:.4g}], sd/mean {l1['cv']:.3f}",
+                          ", ".join(map(str, sp["after_l2_m"])),
+                          ", ".join(f"{'ℓ2' if mech == 'gaussian' else 'ℓ1'} {v:.4g}" for mech, v in sp["after"]),
                           ", ".join(map(str, sp["after_m"])),
                           f"×{sp['cv_ratio']:.2f}" if sp["cv_ratio"] is not None else "—",
                           f"×{sp['sd_ratio']:.2f}" if sp["sd_ratio"] is not None else "—",
                           f"×{sp['range_ratio']:.2f}" if sp["range_ratio"] is not None else "—",
                           ", ".join(f"{k} {v}" for k, v in sp["after_mechanisms"].items() if v)])
         parts += [f"\n\n## Δ̂ across sampler seeds\n\nSplit 0's public data and n, seeds 1000…; before: ℓ2 Δ̂ of "
-                  "the old defaults; after: the line's ℓ2 and ℓ1 Δ̂ (each sampled on half the budget) and the m "
-                  "the budget chose for the mechanism it kept. Ratios: after ÷ before, ℓ2.\n\n",
-                  _report.table(["data", "seeds", "before ℓ2 Δ̂ median [range]", "after ℓ2 Δ̂", "after ℓ1 Δ̂",
-                                 "after m", "sd/mean ratio", "sd ratio", "range ratio", "after chose"], srows)]
+                  "the old defaults; after ℓ2: the line with `mechanism=\"gaussian\"` and its default budget (one norm "
+                  "to compare), with the m the budget chose; as written: the line itself, whose public pilot picks the "
+                  "mechanism before the whole budget goes to its Δ̂ (per seed, with m). Ratios: after ℓ2 ÷ before.\n\n",
+                  _report.table(["data", "seeds", "before ℓ2 Δ̂ median [range]", "after ℓ2 Δ̂", "after ℓ2 m",
+                                 "as written, per seed", "as written m", "sd/mean ratio", "sd ratio", "range ratio",
+                                 "as written chose"], srows)]
     crows = []
     for group, rows_ in report["calibration"].items():
         for c in rows_:

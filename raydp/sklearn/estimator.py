@@ -29,7 +29,7 @@ from .inputs import as_labels, as_matrix, is_classifier, is_supervised, numeric,
 from .params import REFUSED, estimators, fitted_float_params, prediction_params, resolve
 from .public import freeze_public_steps, public_step_names
 from .target import EstimatorTarget
-from .utility import UtilityPreview, UtilityWarning, simulate, with_params
+from .utility import INTERVAL_CLAIM, PILOT_QUANTILE, UtilityPreview, UtilityWarning, pilot_sensitivities, simulate, with_params
 
 __all__ = ["PrivateEstimator"]
 
@@ -43,6 +43,20 @@ _PUBLIC_RECORDS = 2000
 DEFAULT_TIME_BUDGET = 20.0
 #: Public draws a preview plays the release on (its interval is read off them).
 PREVIEW_REPEATS = 20
+#: ``mechanism="auto"``: public pilot pairs that choose the mechanism before its Δ̂ is sampled (at most
+#: PILOT_PAIRS, at least PILOT_MIN_PAIRS, and beyond that no more than PILOT_SHARE of the time budget;
+#: PILOT_PAIRS_UNBUDGETED with ``time_budget=None``).
+PILOT_PAIRS = 200
+PILOT_MIN_PAIRS = 20
+PILOT_SHARE = 0.1
+PILOT_PAIRS_UNBUDGETED = 50
+
+
+@dataclass(frozen=True)
+class _Stand:
+    """A stand-in Δ̂ for a preview (the pilot's): what :meth:`PrivateEstimator._simulate` reads of an estimate."""
+
+    sensitivity: float
 
 
 def _estimator_has(attr: str):
@@ -130,9 +144,10 @@ class PrivateEstimator(BaseEstimator):
         :data:`DEFAULT_TIME_BUDGET` seconds. None: the fewest pairs γ allows (for an expensive model).
         The chosen (m, k) and the budget are in ``estimate_.sizing`` and the statement.
     mechanism : None or "auto" (default): Laplace when ``delta=0``; with ``delta > 0`` both Laplace (ℓ1)
-        and Gaussian (ℓ2, analytic calibration) are sampled and previewed on public data at
-        (ε, δ) — no privacy spent — and the one expected to score better releases (``mechanism_choice_``
-        and the statement say which and why). "laplace", "gaussian", or a raydp Laplace or Gaussian
+        and Gaussian (ℓ2, analytic calibration) are previewed on public data at (ε, δ) — no privacy
+        spent — each at a stand-in Δ̂ read off the same public pilot pairs (at most a tenth of the
+        budget), and the one expected to score better gets the rest of the budget for its Δ̂ and releases
+        (``mechanism_choice_`` and the statement say which and why). "laplace", "gaussian", or a raydp Laplace or Gaussian
         mechanism whose (ε, δ) equal ``epsilon``/``delta``, to choose yourself.
     params : None (the float parameters predictions use), a list of attribute paths, or a callable
         ``fitted_public_model -> list of paths``.
@@ -220,7 +235,7 @@ class PrivateEstimator(BaseEstimator):
         """The release played on public records, before any private record is read: no privacy spent.
 
         Samples Δ̂ for n records exactly as ``fit`` would (a later ``fit`` with n records reuses it; with
-        ``mechanism`` "auto" and δ > 0 both mechanisms are sampled and the better kept), then,
+        ``mechanism`` "auto" and δ > 0 the mechanism is chosen on public pilot pairs first), then,
         ``repeats`` times, fits on n oracle records, releases with the mechanism's noise at each ε of
         ``epsilons`` (default: this estimator's) and scores on other oracle records, next to the fit
         without noise and a trivial predictor. Returns a :class:`~raydp.sklearn.utility.UtilityPreview`
@@ -252,14 +267,30 @@ class PrivateEstimator(BaseEstimator):
 
     def _choose(self, skeleton, oracle, n: int, options: SamplerOptions, repeats: int = PREVIEW_REPEATS) -> _Choice:
         """The mechanism, its Δ̂ (sampled, or reused) and its preview at this ε. With several candidate
-        mechanisms (``mechanism`` "auto", δ > 0) each gets its Δ̂ — the time budget shared between them —
-        and the one previewed better on public data is taken."""
+        mechanisms (``mechanism`` "auto", δ > 0) a public pilot chooses (:meth:`_pilot_choice`) and only the
+        chosen one's Δ̂ is sampled; when no pilot can be run (an unsupervised model, a pilot whose pairs all
+        fail) each gets its Δ̂ — the time budget shared between them — and the one previewed better is taken."""
         candidates = self._mechanisms()
         previewed = getattr(self, "preview_estimate_", None)
         if self.estimate is not None or previewed is not None:  # a Δ̂ made before fixes the norm
             norm = (self.estimate if self.estimate is not None else previewed).norm
             fitting = [mech for mech in candidates if mech.norm == norm]
             candidates = fitting or candidates
+        if len(candidates) > 1:
+            chosen = self._pilot_choice(candidates, skeleton, oracle, n, options, repeats)
+            if chosen is not None:
+                mech, record, spent = chosen
+                if options.time_budget is not None:  # the pilot's seconds come out of the budget
+                    options = replace(options, time_budget=max(options.time_budget - spent, 0.5 * options.time_budget))
+                own = options
+                if options.store is not None:  # the chosen mechanism's G sample in a store of its own, as below
+                    from ..store import Store
+
+                    uri = options.store.uri if isinstance(options.store, Store) else str(options.store)
+                    own = replace(options, store=f"{uri.rstrip('/')}/{mech.name}")
+                estimate, reused = self._estimate(skeleton.target, oracle, n, mech, own)
+                preview = self._simulate(skeleton, oracle, n, estimate, mech, [self.epsilon], repeats)
+                return _Choice(mech, estimate, reused, preview, record)
         if len(candidates) > 1 and options.time_budget is not None:
             options = replace(options, time_budget=options.time_budget / len(candidates))
         tried = []
@@ -285,12 +316,53 @@ class PrivateEstimator(BaseEstimator):
                                                   "sensitivity": c.estimate.sensitivity} for c in tried}}
         return replace(best, record=record)
 
+    def _pilot_choice(self, candidates, skeleton, oracle, n: int, options: SamplerOptions, repeats: int):
+        """``(mechanism, record, seconds)``: the candidate previewed better on public data at the caller's
+        (ε, δ), each at a stand-in Δ̂ read off the same public pilot pairs (:func:`pilot_sensitivities`) — so
+        the whole budget goes to the chosen mechanism's Δ̂. None (each is then sampled) for an unsupervised
+        target or when the pilot could evaluate too few pairs."""
+        if not skeleton.target.supervised:
+            return None
+        budget = options.time_budget
+        if budget is None:  # the fewest pairs were asked for (an expensive target): a small fixed pilot
+            pilot = pilot_sensitivities(skeleton.target, oracle, n, candidates, max_pairs=PILOT_PAIRS_UNBUDGETED,
+                                        min_pairs=PILOT_PAIRS_UNBUDGETED, seconds=None)
+        else:
+            pilot = pilot_sensitivities(skeleton.target, oracle, n, candidates, max_pairs=PILOT_PAIRS,
+                                        min_pairs=PILOT_MIN_PAIRS, seconds=PILOT_SHARE * budget)
+        if pilot is None:
+            return None
+        previews = {mech.name: self._simulate(skeleton, oracle, n, _Stand(pilot.sensitivities[mech.name]), mech,
+                                              [self.epsilon], repeats) for mech in candidates}
+        eps = float(self.epsilon)
+        best = max(candidates, key=lambda mech: previews[mech.name].expected(eps))
+        record = {"mechanism": best.name,
+                  "reason": (f"previewed on public data at the caller's (ε, δ), each at the {PILOT_QUANTILE:g} quantile "
+                             f"of G over the same {pilot.pairs} public pilot pairs; the whole budget then went to "
+                             f"{best.name}'s Δ̂"),
+                  "pilot": {"pairs": pilot.pairs, "failed": pilot.failed, "seconds": pilot.seconds,
+                            "quantile": PILOT_QUANTILE},
+                  "previews": {name: {"mean": pv.expected(eps), "sd": pv.row(eps)["sd"],
+                                      "sensitivity": pilot.sensitivities[name]} for name, pv in previews.items()}}
+        return best, record, pilot.seconds
+
     def _judge(self, choice: _Choice, skeleton, oracle, n: int, options: SamplerOptions) -> None:
         """Before the private data is touched: is the release expected to beat a trivial predictor?
         Warns (``on_useless="refuse"``: refuses, before any charge) when it is not, with the
         ``PrivateSearchCV(...)`` line that previews best on public data."""
         result = choice.preview
-        if result is None or not result.useless(float(self.epsilon)):
+        if result is None:
+            return
+        if not result.useless(float(self.epsilon)):
+            low, high = result.interval(float(self.epsilon))
+            if result.risky(float(self.epsilon)):  # useful on average, yet a release may land below trivial
+                warnings.warn(
+                    f"at epsilon={self.epsilon:g} the released model is expected to score "
+                    f"{result.expected(float(self.epsilon)):.3f}, but {INTERVAL_CLAIM} releases land in "
+                    f"[{low:.3f}, {high:.3f}] ({result.metric}, {result.repeats} previews on public records), which "
+                    f"reaches below a trivial predictor's {result.trivial:.3f}: this release may be worse than no "
+                    "model. More records, a larger epsilon, or a PrivateSearchCV over regularisation and public "
+                    "clipping (raydp.sklearn.PublicClip) narrow it", UtilityWarning, stacklevel=3)
             return
         row = result.row(float(self.epsilon))
         msg = (f"at epsilon={self.epsilon:g} the released model is expected to score {row['mean']:.3f} ± "
@@ -413,9 +485,13 @@ class PrivateEstimator(BaseEstimator):
         text = self.release_.statement()
         choice = getattr(self, "mechanism_choice_", None)
         if choice:
-            seen = "; ".join(f"{name} {p['mean']:.3f} ± {p['sd']:.3f} (Δ̂ {p['sensitivity']:.4g})"
+            pilot = choice.get("pilot")
+            stand = "pilot Δ̂" if pilot else "Δ̂"
+            seen = "; ".join(f"{name} {p['mean']:.3f} ± {p['sd']:.3f} ({stand} {p['sensitivity']:.4g})"
                              for name, p in sorted(choice["previews"].items()))
-            text += (f"; {choice['mechanism']} chosen: it previewed better on public data at this (ε, δ), "
+            where = (f", each at the {pilot['quantile']:g} quantile of G over the same {pilot['pairs']} public "
+                     "pilot pairs" if pilot else "")
+            text += (f"; {choice['mechanism']} chosen: it previewed better on public data at this (ε, δ){where}, "
                      f"no privacy spent ({seen})")
         if self.public_steps_:
             text += ("; fitted on public oracle records and not released (no privacy cost): "

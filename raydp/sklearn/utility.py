@@ -32,7 +32,7 @@ from ..errors import RaydpError
 from .inputs import is_classifier
 from .params import assign, resolve
 
-__all__ = ["UtilityPreview", "UtilityWarning", "simulate", "with_params"]
+__all__ = ["Pilot", "UtilityPreview", "UtilityWarning", "pilot_sensitivities", "simulate", "with_params"]
 
 # The preview's own public draws: a fixed stream, apart from the skeleton's and the sampler's.
 _PREVIEW_SEED = 0x9E_71E5
@@ -95,8 +95,15 @@ class UtilityPreview:
         scores = np.asarray(self.row(epsilon)["scores"], dtype=np.float64)
         tail = (1.0 - level) / 2.0
         low, high = float(np.quantile(scores, tail)), float(np.quantile(scores, 1.0 - tail))
-        middle, half = (low + high) / 2.0, (high - low) / 2.0 * widen
-        return (low, high) if widen == 1 else (middle - half, middle + half)
+        if widen != 1:
+            middle, half = (low + high) / 2.0, (high - low) / 2.0 * widen
+            low, high = middle - half, middle + half
+        # no score lies beyond its metric's range (accuracy in [0, 1], R² at most 1): the ends stop there
+        if self.metric in ("accuracy", "R²"):
+            high = min(high, 1.0)
+        if self.metric == "accuracy":
+            low = max(low, 0.0)
+        return low, high
 
     def useless(self, epsilon: float) -> bool:
         """The release is not shown to beat the trivial predictor: the expected private score less two
@@ -106,6 +113,14 @@ class UtilityPreview:
         row = self.row(epsilon)
         margin = 0.1 * max(self.nonprivate[0] - self.trivial, 0.0)
         return row["mean"] - 2 * row["sd"] / math.sqrt(max(len(row["scores"]), 1)) <= self.trivial + margin
+
+    def risky(self, epsilon: float) -> bool:
+        """A release may land below the trivial predictor: the stated interval (:meth:`interval`, where 9 in
+        10 real releases were measured to land) reaches below its score. Weaker than :meth:`useless`: the
+        release may still be useful on average."""
+        if self.trivial is None:
+            return False
+        return self.interval(epsilon)[0] < self.trivial
 
     def row(self, epsilon: float) -> dict:
         """The preview at ``epsilon``: ``mean``, ``sd`` and the repeats' ``scores``."""
@@ -152,6 +167,56 @@ def _trivial(model, Xtr, ytr, Xte, yte) -> float | None:
 
     dummy = DummyClassifier(strategy="most_frequent") if is_classifier(model) else DummyRegressor()
     return _score(dummy.fit(Xtr, ytr), Xte, yte)
+
+
+# The pilot's own public draws (:func:`pilot_sensitivities`): apart from the preview's, the skeleton's and the sampler's.
+_PILOT_SEED = 0x9170_7A1E
+#: The pilot's Δ̂ stand-in: this quantile of its G values (the next one up; with few pairs, their largest).
+PILOT_QUANTILE = 0.99
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """Neighbouring pairs drawn from the oracle alone, each measured in every candidate's norm: a stand-in
+    Δ̂ per mechanism (their :data:`PILOT_QUANTILE` quantile) to choose a mechanism by preview before the
+    real Δ̂ is sampled. Public, and apart from the sampler's pairs: the plan and the sample stay independent of it."""
+
+    pairs: int
+    failed: int
+    seconds: float
+    sensitivities: dict  # mechanism name -> stand-in Δ̂
+
+
+def pilot_sensitivities(target, oracle, n: int, mechanisms: list, *, max_pairs: int, min_pairs: int,
+                        seconds: float | None) -> Pilot | None:
+    """Up to ``max_pairs`` public pairs (at least ``min_pairs``, then while under ``seconds``): D of n oracle
+    records and D′ with its last record redrawn, G = ‖f(D) − f(D′)‖ in each mechanism's norm. None when fewer
+    than two pairs could be evaluated (the caller then samples each mechanism's Δ̂ instead)."""
+    import time
+
+    t0 = time.perf_counter()
+    gs = {m.name: [] for m in mechanisms}
+    failed = pairs = 0
+    for i in range(max_pairs):
+        if i >= min_pairs and seconds is not None and time.perf_counter() - t0 > seconds:
+            break
+        rng = np.random.default_rng([_PILOT_SEED, n, i])
+        records = np.asarray(oracle.sample(rng, n + 1), dtype=np.float64)
+        d, d_prime = records[:n], np.concatenate([records[: n - 1], records[n:]])
+        pairs += 1
+        try:
+            a, b = np.asarray(target(d), dtype=np.float64), np.asarray(target(d_prime), dtype=np.float64)
+        except (RaydpError, ValueError, ArithmeticError):
+            failed += 1  # a public draw the fit cannot take: no stand-in from it (nothing is released from a pilot)
+            continue
+        for m in mechanisms:
+            g = float(m.distance(m.embed(a)[None, :], m.embed(b)[None, :])[0])
+            if math.isfinite(g):
+                gs[m.name].append(g)
+    if min(len(v) for v in gs.values()) < 2:
+        return None
+    q = {name: float(np.quantile(v, PILOT_QUANTILE, method="higher")) for name, v in gs.items()}
+    return Pilot(pairs=pairs, failed=failed, seconds=time.perf_counter() - t0, sensitivities=q)
 
 
 def _noised(mechanism, vec: np.ndarray, sensitivity: float, rng: np.random.Generator) -> np.ndarray:

@@ -30,7 +30,7 @@ from job_util import run_job
 from raydp import SamplerOptions, oracles
 from raydp.errors import BudgetError, EstimateMismatchError, InvalidArgumentError, OracleError, StoreError
 from raydp.sklearn import EstimatorTarget, PrivateEstimator, fitted_float_params
-from raydp.sklearn.estimator import _PUBLIC_SEED
+from raydp.sklearn.estimator import _PUBLIC_SEED, PILOT_PAIRS_UNBUDGETED
 from paths import JOBS
 
 FAST = dict(gamma=0.3, time_budget=None)  # m = k = 24 pairs (the fewest: no time budget)
@@ -361,6 +361,12 @@ def test_mechanism_choice(cancer):
     assert auto.release_.mechanism["name"] == max(previews, key=lambda name: previews[name]["mean"])
     assert auto.estimate_.norm == {"laplace": "l1", "gaussian": "l2"}[auto.release_.mechanism["name"]]
     assert f"{auto.release_.mechanism['name']} chosen" in auto.statement()
+    # chosen on public pilot pairs, before any Δ̂ is sampled: one sampling, of the chosen mechanism's Δ̂, the same
+    # bit for bit as that mechanism asked for by name (the pilot's draws are its own, the sampler's are untouched)
+    pilot = auto.mechanism_choice_["pilot"]
+    assert pilot["pairs"] == PILOT_PAIRS_UNBUDGETED and pilot["failed"] == 0  # no budget: the small fixed pilot
+    named = make(epsilon=2.0, delta=1e-5, mechanism=auto.release_.mechanism["name"]).fit(X, y)
+    assert named.estimate_.sensitivity == auto.estimate_.sensitivity and named.estimate_.plan == auto.estimate_.plan
     own = make(epsilon=0.5, delta=1e-5, mechanism=raydp.Gaussian(0.5, 1e-5, calibration="classic")).fit(X, y)
     assert own.release_.mechanism["params"]["calibration"] == "classic"
     with pytest.raises(InvalidArgumentError, match="make them agree"):
@@ -371,6 +377,49 @@ def test_mechanism_choice(cancer):
         make(epsilon=-1.0).fit(X, y)
     with pytest.raises(InvalidArgumentError, match="delta"):
         make(epsilon=1.0, delta=1.5).fit(X, y)
+
+
+def test_auto_samples_one_sensitivity_and_the_pilot_spends_part_of_the_budget(cancer, monkeypatch):
+    import raydp.sklearn.estimator as est_mod
+
+    public, X, y = cancer
+    sampled = []
+    real = est_mod.estimate_sensitivity
+
+    def counting(*args, **kwargs):
+        sampled.append((kwargs["mechanism"].name, kwargs["options"].time_budget))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(est_mod, "estimate_sensitivity", counting)
+    pe = PrivateEstimator(Ridge(), oracle=oracles.bootstrap(public), epsilon=2.0, delta=1e-5, gamma=0.3,
+                          time_budget=2.0, options=SamplerOptions(seed=0, backend="local")).fit(X, y)
+    choice = pe.mechanism_choice_
+    assert [name for name, _ in sampled] == [choice["mechanism"]]  # one Δ̂, of the chosen mechanism only
+    # the budget less the pilot's seconds (never below half of it) went to that Δ̂
+    budget = sampled[0][1]
+    assert max(1.0, 2.0 - choice["pilot"]["seconds"]) - 1e-9 <= budget <= 2.0
+    assert pe.estimate_.sizing["budget_seconds"] == budget and 20 <= choice["pilot"]["pairs"] <= 200
+    assert set(choice["previews"]) == {"gaussian", "laplace"} and "pilot pairs" in choice["reason"]
+
+
+def test_a_risky_release_warns_and_the_interval_stays_in_the_metric_range():
+    from raydp.sklearn.utility import UtilityPreview
+
+    def preview(scores, trivial, metric="accuracy"):
+        return UtilityPreview(n=100, sensitivity=1.0, mechanism="laplace", metric=metric, trivial=trivial,
+                              nonprivate=(0.95, 0.01), repeats=len(scores),
+                              rows=[dict(epsilon=1.0, mean=float(np.mean(scores)), sd=float(np.std(scores, ddof=1)),
+                                         scores=list(scores))])
+
+    wide = preview(np.linspace(0.55, 0.99, 20), trivial=0.6)
+    assert not wide.useless(1.0) and wide.risky(1.0)  # useful on average, but 9 in 10 reach below trivial
+    low, high = wide.interval(1.0)
+    assert 0.0 <= low < 0.6 and high == 1.0  # widened past 1, stopped at accuracy's top
+    assert wide.interval(1.0, widen=1.0)[1] < 1.0
+    narrow = preview(np.linspace(0.85, 0.95, 20), trivial=0.6)
+    assert not narrow.useless(1.0) and not narrow.risky(1.0)
+    r2 = preview(np.linspace(-3.0, 0.9, 20), trivial=0.0, metric="R²")
+    assert r2.interval(1.0)[0] < -3.0 and r2.interval(1.0)[1] == 1.0  # R² has no floor
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -624,8 +673,11 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
         assert f["interval"][0] <= f["preview"] + 1e-9 and f["preview"] - 1e-9 <= f["interval"][1]
         if f["line"] == "before":   # the old defaults: the fewest pairs, Gaussian
             assert (f["m"], f["k"], f["mechanism"], f["sizing"]) == (24, 24, "gaussian", None)
-        if f["line"] == "after":    # sized by the budget; both mechanisms previewed
-            assert f["sizing"]["budget_seconds"] == 0.5 and set(f["previews_by_mechanism"]) == {"gaussian", "laplace"}
+        if f["line"] == "after":    # both mechanisms previewed on the pilot's pairs; the budget less the pilot sized m
+            assert set(f["previews_by_mechanism"]) == {"gaussian", "laplace"} and f["pilot"]["pairs"] >= 20
+            assert 0.5 <= f["sizing"]["budget_seconds"] <= 1.0 - f["pilot"]["seconds"] + 1e-9
+        # a release the preview calls useless or risky has warned (in process, nothing to lose the warning)
+        assert f["warned"] or not (f["useless"] or f["risky"]) or f["line"] == "search"
     for r in range(2):              # raw diabetes, Ridge(alpha=1): Δ̂ drowns the release, and the fit says so
         before, search = fits[("diabetes", r, "before")], fits[("diabetes", r, "search")]
         assert before["useless"] and before["warned"] and before["suggestion"] > before["preview"]
@@ -638,6 +690,7 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
     releases = report["calibration"]["all"][0]
     assert releases["releases"] == 2 * 2 * 3 * 2 and 0 <= releases["inside"] <= releases["releases"]
     assert sorted((s["data"], s["before"]["m"]) for s in report["spread"]) == [("diabetes", 24)] * 2 + [("wine", 24)] * 2
+    assert all(s["after_l2"]["mechanism"] == "gaussian" and s["after"]["pilot"] for s in report["spread"])
     assert [(w["where"], w["variant"], w["runs"]) for w in report["wall_time"]["summary"]] == [
         ("local", "before", 1), ("local", "after", 1)]
     assert all(run["m"] == 24 and run["fit_seconds"] > 0 for run in report["wall_time"]["runs"])

@@ -186,8 +186,11 @@ def test_the_preview_interval_is_the_calibrated_one():
     from raydp.sklearn.utility import INTERVAL_CLAIM, UtilityPreview
 
     scores = [float(s) for s in np.linspace(0.0, 1.0, 21)]  # quantiles 0.1 and 0.9 are 0.1 and 0.9
-    p = UtilityPreview(rows=[{"epsilon": 1.0, "mean": 0.5, "sd": 0.3, "scores": scores}], metric="accuracy", n=100,
+    p = UtilityPreview(rows=[{"epsilon": 1.0, "mean": 0.5, "sd": 0.3, "scores": scores}], metric="score", n=100,
                        mechanism="laplace", sensitivity=1.0, nonprivate=(0.9, 0.0), trivial=0.5, repeats=21)
     assert p.interval(1.0, widen=1.0) == pytest.approx((0.1, 0.9))
     assert p.interval(1.0) == pytest.approx((-0.3, 1.3))  # middle 0.5, half-width 0.4 twice over
     assert f"{INTERVAL_CLAIM} releases measured in" in p.table() and "[-0.300, 1.300]" in p.table()
+    # an accuracy lies in [0, 1]: the widened ends stop there
+    acc = UtilityPreview(**{**p.__dict__, "metric": "accuracy"})
+    assert acc.interval(1.0) == pytest.approx((0.0, 1.0)) and acc.interval(1.0, widen=1.0) == pytest.approx((0.1, 0.9))

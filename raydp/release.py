@@ -63,7 +63,7 @@ class Release:
                 f"on that pair; {_mechanism_words(self.mechanism)} with sensitivity {self.sensitivity:.6g}")
         sizing = self.estimate.get("sizing") if isinstance(self.estimate, dict) else None
         if sizing:
-            text += (f"; Δ̂ is the {sizing['k']}-th smallest of m = {sizing['m']} sampled G (the fewest pairs for this "
+            text += (f"; Δ̂ is G_(k), k = {sizing['k']}, of m = {sizing['m']} sampled G (the fewest pairs for this "
                      f"γ would be {sizing['fewest_pairs']}, k = m): m was sized to a {sizing['budget_seconds']:g} s "
                      f"budget on {sizing['slots']} slot{'s' if sizing['slots'] != 1 else ''}"
                      f"{' (' + sizing['where'] + ')' if sizing.get('where') else ''} at "

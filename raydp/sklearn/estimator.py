@@ -281,7 +281,8 @@ class PrivateEstimator(BaseEstimator):
             if chosen is not None:
                 mech, record, spent = chosen
                 if options.time_budget is not None:  # the pilot's seconds come out of the budget
-                    options = replace(options, time_budget=max(options.time_budget - spent, 0.5 * options.time_budget))
+                    options = replace(options, time_budget=max(round(options.time_budget - spent, 1),
+                                                                0.5 * options.time_budget))
                 own = options
                 if options.store is not None:  # the chosen mechanism's G sample in a store of its own, as below
                     from ..store import Store

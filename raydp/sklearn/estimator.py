@@ -45,7 +45,7 @@ DEFAULT_TIME_BUDGET = 20.0
 PREVIEW_REPEATS = 20
 #: ``mechanism="auto"``: public pilot pairs that choose the mechanism before its Δ̂ is sampled (at most
 #: PILOT_PAIRS, at least PILOT_MIN_PAIRS, and beyond that no more than PILOT_SHARE of the time budget;
-#: PILOT_PAIRS_UNBUDGETED with ``time_budget=None``).
+#: with ``time_budget=None``, PILOT_PAIRS_UNBUDGETED or the sample's m if fewer, at least PILOT_MIN_PAIRS).
 PILOT_PAIRS = 200
 PILOT_MIN_PAIRS = 20
 PILOT_SHARE = 0.1
@@ -325,9 +325,10 @@ class PrivateEstimator(BaseEstimator):
         if not skeleton.target.supervised:
             return None
         budget = options.time_budget
-        if budget is None:  # the fewest pairs were asked for (an expensive target): a small fixed pilot
-            pilot = pilot_sensitivities(skeleton.target, oracle, n, candidates, max_pairs=PILOT_PAIRS_UNBUDGETED,
-                                        min_pairs=PILOT_PAIRS_UNBUDGETED, seconds=None)
+        if budget is None:  # no budget (an expensive target): a small fixed pilot, never more pairs than the sample
+            pairs = min(PILOT_PAIRS_UNBUDGETED, max(PILOT_MIN_PAIRS, make_plan(gamma=self.gamma, m=self.m, k=self.k).m))
+            pilot = pilot_sensitivities(skeleton.target, oracle, n, candidates, max_pairs=pairs, min_pairs=pairs,
+                                        seconds=None)
         else:
             pilot = pilot_sensitivities(skeleton.target, oracle, n, candidates, max_pairs=PILOT_PAIRS,
                                         min_pairs=PILOT_MIN_PAIRS, seconds=PILOT_SHARE * budget)

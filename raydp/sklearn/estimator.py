@@ -52,6 +52,14 @@ PILOT_SHARE = 0.1
 PILOT_PAIRS_UNBUDGETED = 50
 
 
+def _own_store(options: SamplerOptions, mech) -> SamplerOptions:
+    """With ``mechanism="auto"`` each mechanism's G sample lives in a store of its own under ``options.store``."""
+    if options.store is None:
+        return options
+    uri = options.store.uri if isinstance(options.store, Store) else str(options.store)
+    return replace(options, store=f"{uri.rstrip('/')}/{mech.name}")
+
+
 @dataclass(frozen=True)
 class _Stand:
     """A stand-in Δ̂ for a preview (the pilot's): what :meth:`PrivateEstimator._simulate` reads of an estimate."""
@@ -283,25 +291,14 @@ class PrivateEstimator(BaseEstimator):
                 if options.time_budget is not None:  # the pilot's seconds come out of the budget
                     options = replace(options, time_budget=max(round(options.time_budget - spent, 1),
                                                                 0.5 * options.time_budget))
-                own = options
-                if options.store is not None:  # the chosen mechanism's G sample in a store of its own, as below
-                    from ..store import Store
-
-                    uri = options.store.uri if isinstance(options.store, Store) else str(options.store)
-                    own = replace(options, store=f"{uri.rstrip('/')}/{mech.name}")
-                estimate, reused = self._estimate(skeleton.target, oracle, n, mech, own)
+                estimate, reused = self._estimate(skeleton.target, oracle, n, mech, _own_store(options, mech))
                 preview = self._simulate(skeleton, oracle, n, estimate, mech, [self.epsilon], repeats)
                 return _Choice(mech, estimate, reused, preview, record)
         if len(candidates) > 1 and options.time_budget is not None:
             options = replace(options, time_budget=options.time_budget / len(candidates))
         tried = []
         for mech in candidates:
-            own = options
-            if len(candidates) > 1 and options.store is not None:  # each mechanism's G sample in a store of its own
-                from ..store import Store
-
-                uri = options.store.uri if isinstance(options.store, Store) else str(options.store)
-                own = replace(options, store=f"{uri.rstrip('/')}/{mech.name}")
+            own = _own_store(options, mech) if len(candidates) > 1 else options
             estimate, reused = self._estimate(skeleton.target, oracle, n, mech, own)
             preview = (self._simulate(skeleton, oracle, n, estimate, mech, [self.epsilon], repeats)
                        if skeleton.target.supervised else None)

@@ -403,6 +403,19 @@ def test_auto_samples_one_sensitivity_and_the_pilot_spends_part_of_the_budget(ca
     assert set(choice["previews"]) == {"gaussian", "laplace"} and "pilot pairs" in choice["reason"]
 
 
+def test_auto_with_a_store_keeps_the_chosen_mechanisms_sample_in_its_own_folder(cancer, tmp_path):
+    public, X, y = cancer
+    oracle = oracles.bootstrap(public)
+    make = lambda: PrivateEstimator(Ridge(), oracle=oracle, epsilon=2.0, delta=1e-5, **FAST,  # noqa: E731
+                                    options=SamplerOptions(seed=0, store=str(tmp_path / "s")))
+    first = make().fit(X, y)
+    chosen = first.mechanism_choice_["mechanism"]
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [chosen]  # only the chosen one was sampled
+    again = make().fit(X, y)  # the pilot chooses the same (public, seeded) and the stored sample is reused
+    assert again.mechanism_choice_["mechanism"] == chosen and again.estimate_.sensitivity == first.estimate_.sensitivity
+    assert raydp.load_estimate(str(tmp_path / "s" / chosen)).sensitivity == first.estimate_.sensitivity
+
+
 def test_a_risky_release_warns_and_the_interval_stays_in_the_metric_range():
     from raydp.sklearn.utility import UtilityPreview
 

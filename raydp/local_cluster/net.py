@@ -58,17 +58,45 @@ def port_in_use(port: int, host: str) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def _ephemeral_ports() -> range:
+    """The kernel's range for ports bound to 0 (``net.ipv4.ip_local_port_range``)."""
+    try:
+        lo, hi = (int(v) for v in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+        return range(lo, hi + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)  # Linux's default
+
+
 def free_ports(n: int, host: str) -> list[int]:
-    """n distinct currently free TCP ports on host, outside Ray's worker port range."""
+    """n distinct currently free TCP ports on host, outside Ray's worker port range and, where there
+    is room, outside the kernel's ephemeral range.
+
+    A port the kernel handed out for a bind to 0 is one it may hand out again at once: Ray's own
+    servers (GCS, raylet, agents) bind to 0, and one of them took the dashboard's port between the
+    choice and the dashboard's bind, which left a head waiting a minute and then dying. Ports are
+    drawn at random between Ray's worker ports and the ephemeral range instead, where nothing is
+    assigned without asking for it by number.
+    """
+    eph = _ephemeral_ports()
+    pool = [p for p in range(RAY_WORKER_PORTS.stop, 32768) if p not in eph and p not in RAY_WORKER_PORTS]
+    rng = secrets.SystemRandom()
     ports: list[int] = []
     socks = []
     try:
+        tries = 0
         while len(ports) < n:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(s)  # stays bound until all are chosen, so they are distinct
-            s.bind((host, 0))
+            if len(pool) >= 100 * n and tries < 200 * n:
+                tries += 1
+                try:
+                    s.bind((host, rng.choice(pool)))
+                except OSError:  # taken: draw another
+                    continue
+            else:  # no room outside the ephemeral range on this machine: the kernel's choice
+                s.bind((host, 0))
             port = s.getsockname()[1]
-            if port not in RAY_WORKER_PORTS:
+            if port not in RAY_WORKER_PORTS and port not in ports:
                 ports.append(port)
     finally:
         for s in socks:

@@ -572,7 +572,10 @@ def test_worker_node_killed_mid_run(tmp_path, cluster):
                 now, tr = time.time(), _trace(trace)
                 busy = {v["node"]: max(w["last"] for w in tr.values() if w["node"] == v["node"])
                         for v in tr.values()}
-                cands = [i for i, nid in enumerate(worker_ids) if now - busy.get(nid, 0) < 0.3]
+                # in a task right now (Ray titles the worker ray::_run_group while it runs one; a
+                # recent target call alone may be the end of a task whose result already went back)
+                cands = [i for i, nid in enumerate(worker_ids) if now - busy.get(nid, 0) < 0.3
+                         and cluster.running_task(f"worker{i + 1}")]
                 if cands:
                     victim = max(cands, key=lambda i: busy[worker_ids[i]])
                     break

@@ -7,7 +7,8 @@ import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
+from sklearn.model_selection import ParameterGrid
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
@@ -28,6 +29,7 @@ from .canonical import canonical_kinds
 from .inputs import as_labels, as_matrix, is_classifier, is_supervised, numeric, prepare
 from .params import REFUSED, estimators, fitted_float_params, prediction_params, resolve
 from .public import freeze_public_steps, public_step_names
+from .suggest import grid_for
 from .target import EstimatorTarget
 from .utility import INTERVAL_CLAIM, PILOT_QUANTILE, UtilityPreview, UtilityWarning, pilot_sensitivities, simulate, with_params
 
@@ -50,6 +52,9 @@ PILOT_PAIRS = 200
 PILOT_MIN_PAIRS = 20
 PILOT_SHARE = 0.1
 PILOT_PAIRS_UNBUDGETED = 50
+#: ``tune=True``: the share of the time budget the candidates' pilots take together (each at least
+#: PILOT_MIN_PAIRS pairs, at most PILOT_PAIRS); the chosen model's Δ̂ gets the rest.
+TUNE_PILOT_SHARE = 0.25
 
 
 def _own_store(options: SamplerOptions, mech) -> SamplerOptions:
@@ -172,6 +177,14 @@ class PrivateEstimator(BaseEstimator):
         refuse with :class:`~raydp.errors.UtilityError` before anything is released or charged.
     random_state : int or None: the sampler's seed (scikit-learn's name for it; ``options.seed`` is the
         same). Other sampler options go in ``options``.
+    tune : bool (default False). True: before the release, choose the model's regularisation (``C`` as
+        given × 0.01, 0.1, 1, or ``alpha`` × 1, 10, 100) and whether a public clipping step
+        (:class:`~raydp.sklearn.PublicClip`) follows its public scaling, by the score the *released* model is
+        expected to reach — each candidate previewed at a stand-in Δ̂ read off the same public pilot pairs
+        (together at most :data:`TUNE_PILOT_SHARE` of the budget), no privacy spent, no private record read —
+        then spend the rest of the budget on the chosen model's Δ̂ and release it once. The model as given is
+        one of the candidates; ``tuned_params_`` holds the choice, ``tuning_`` every candidate's preview, and
+        the statement says what was chosen and why. For a grid of your own, :class:`~raydp.sklearn.PrivateSearchCV`.
 
     Attributes
     ----------
@@ -182,6 +195,8 @@ class PrivateEstimator(BaseEstimator):
         its ``statement()`` the (ε, δ, γ) guarantee).
     released_params_ : the released attribute paths, in the order of ``release_.value``.
     target_ : the :class:`EstimatorTarget` that was sampled (reusable with ``raydp.estimate_sensitivity``).
+    tuned_params_, tuning_ : with ``tune=True``, the parameters chosen on public data, and every candidate's
+        pilot preview.
     n_features_in_, feature_names_in_ (a DataFrame's columns), classes_ (classifiers).
     """
 
@@ -191,7 +206,7 @@ class PrivateEstimator(BaseEstimator):
 
     def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None, time_budget="auto",
                  mechanism=None, params=None, public_steps="auto", estimate=None, options=None, ledger=None,
-                 ledger_label=None, on_useless="warn", random_state=None):
+                 ledger_label=None, on_useless="warn", random_state=None, tune=False):
         self.estimator = estimator
         self.oracle = oracle
         self.epsilon = epsilon
@@ -209,6 +224,7 @@ class PrivateEstimator(BaseEstimator):
         self.time_budget = time_budget
         self.on_useless = on_useless
         self.random_state = random_state
+        self.tune = tune
 
     # ---- fit, step by step ---------------------------------------------------------------
     def fit(self, X, y=None, **fit_params):
@@ -222,6 +238,8 @@ class PrivateEstimator(BaseEstimator):
                 f"fit() does not take {', '.join(sorted(fit_params))}: Δ̂ is sampled over records drawn from the "
                 "oracle, which carry no weights or fit options; put a weight in the records (a column of X) or "
                 "resample the data instead")
+        if self._tuning():
+            return self._fit_tuned(X, y)
         estimator = self._checked_estimator()
         inputs = self._inputs(estimator, X, y)
         oracle = as_oracle(self.oracle)
@@ -254,6 +272,13 @@ class PrivateEstimator(BaseEstimator):
         for e in epsilons:
             check_epsilon(e)
         repeats = check_int(repeats, "repeats", min_value=2)
+        if self._tuning():  # the chosen candidate's preview (a fit for n records then reuses its Δ̂)
+            final, record = self._tuned(n)
+            result = final.preview(n, epsilons=epsilons, repeats=repeats)
+            self.preview_estimate_ = final.preview_estimate_
+            self.preview_choice_ = record.get("mechanism")
+            self.preview_tuning_ = record
+            return result
         estimator = self._checked_estimator()
         oracle = as_oracle(self.oracle)
         supervised = is_supervised(estimator)
@@ -267,6 +292,115 @@ class PrivateEstimator(BaseEstimator):
         if [float(e) for e in epsilons] == [float(self.epsilon)] and choice.preview is not None:
             return choice.preview
         return self._simulate(skeleton, oracle, n, choice.estimate, choice.mechanism, epsilons, repeats)
+
+    # ---- tune=True: a search on public data first -----------------------------------------
+    def _tuning(self) -> bool:
+        if not isinstance(self.tune, (bool, np.bool_)):
+            raise InvalidArgumentError(f"tune must be True or False, got {self.tune!r}")
+        if self.tune and self.estimate is not None:
+            raise InvalidArgumentError(
+                "tune=True chooses the model on public data and samples Δ̂ for the model it chooses, so estimate= "
+                "cannot be given with it: give the chosen model itself (tuned_params_ of the fit that made the "
+                "estimate) with tune=False")
+        return bool(self.tune)
+
+    def _tuned(self, n: int):
+        """``(candidate, record)`` for n private records: the chosen model as an unfitted PrivateEstimator
+        (tune off, the rest of the budget, the mechanism its pilot chose) and the record of every candidate's
+        pilot preview. Chosen once for these settings and n (a preview's choice is the fit's)."""
+        key = (n, repr(sorted(self.get_params(deep=False).items(), key=lambda kv: kv[0])))
+        done = getattr(self, "_tuned_for", None)
+        if done is not None and done[0] == key:
+            return done[1]
+        estimator = self._checked_estimator()
+        options = self._options()
+        mechanisms = self._mechanisms()  # every setting checked before any sampling
+        oracle = as_oracle(self.oracle)
+        name = type(estimator).__name__
+        if not is_supervised(estimator):
+            raise InvalidArgumentError(f"tune=True chooses by the score a release is expected to reach, and "
+                                       f"{name} has no score against labels: give tune=False")
+        space, grid = grid_for(estimator, list(public_step_names(prepare(estimator), self.public_steps)))
+        if not grid:
+            raise InvalidArgumentError(
+                f"tune=True has nothing to tune in {name}: it tunes a final step's C or alpha and a public clipping "
+                "step after public scaling; give tune=False, or a PrivateSearchCV with a grid of your own")
+        d = self._oracle_width(oracle, n) - 1
+        if d < 1:
+            raise OracleError("the oracle's records have no feature column")
+        grid = list(ParameterGrid(grid))
+        budget = options.time_budget
+        eps = float(self.epsilon)
+        rows, spent = [], 0.0
+        for params in grid:
+            model = clone(space).set_params(**params)
+            cand = self._candidate(model)
+            skeleton = cand._skeleton(model, oracle, n, d, True)
+            if budget is None:  # as the mechanism's pilot: a small fixed one, never more pairs than the sample
+                pairs = min(PILOT_PAIRS_UNBUDGETED, max(PILOT_MIN_PAIRS, make_plan(gamma=self.gamma, m=self.m,
+                                                                                 k=self.k).m))
+                pilot = pilot_sensitivities(skeleton.target, oracle, n, mechanisms, max_pairs=pairs, min_pairs=pairs,
+                                            seconds=None)
+            else:
+                pilot = pilot_sensitivities(skeleton.target, oracle, n, mechanisms, max_pairs=PILOT_PAIRS,
+                                            min_pairs=PILOT_MIN_PAIRS, seconds=TUNE_PILOT_SHARE * budget / len(grid))
+            row = {"params": params, "mean": float("nan"), "sd": float("nan"), "mechanism": None, "previews": {},
+                   "pairs": 0 if pilot is None else pilot.pairs}
+            if pilot is not None:
+                spent += pilot.seconds
+                for mech in mechanisms:
+                    pv = cand._simulate(skeleton, oracle, n, _Stand(pilot.sensitivities[mech.name]), mech, [eps],
+                                        PREVIEW_REPEATS)
+                    row["previews"][mech.name] = {"mean": pv.expected(eps), "sd": pv.row(eps)["sd"],
+                                                  "sensitivity": pilot.sensitivities[mech.name]}
+                best = max(mechanisms, key=lambda m: row["previews"][m.name]["mean"])
+                row.update(mean=row["previews"][best.name]["mean"], sd=row["previews"][best.name]["sd"],
+                           mechanism=best)
+            rows.append(row)
+        scored = [r for r in rows if r["mechanism"] is not None and math.isfinite(r["mean"])]
+        if not scored:
+            raise InvalidArgumentError(f"tune=True could not preview any candidate: the pilot's public pairs failed "
+                                       f"for every one of {len(rows)}")
+        chosen = max(scored, key=lambda r: r["mean"])  # the first of equals: the grid's order
+        rest = None if budget is None else max(round(budget - spent, 1), 0.5 * budget)
+        final = self._candidate(clone(space).set_params(**chosen["params"]), time_budget=rest,
+                                mechanism=chosen["mechanism"])
+        final._suggest = None  # a warning of the chosen model has no further search to suggest: this was it
+        given = estimator.get_params(deep=True)
+        as_given = next((r["mean"] for r in rows if all(v == "passthrough" if k == "publicclip" else given.get(k) == v
+                                                        for k, v in r["params"].items())), None)
+        record = {"params": dict(chosen["params"]), "previewed": chosen["mean"], "as_given": as_given,
+                  "pilot_seconds": spent,
+                  "candidates": [{"params": dict(r["params"]), "mean": r["mean"], "sd": r["sd"], "pairs": r["pairs"],
+                                  "mechanism": None if r["mechanism"] is None else r["mechanism"].name,
+                                  "previews": r["previews"]} for r in rows]}
+        if len(mechanisms) > 1:
+            record["mechanism"] = {"mechanism": chosen["mechanism"].name, "previews": chosen["previews"],
+                                   "reason": "previewed on public data at the caller's (ε, δ), with the model",
+                                   "pilot": {"pairs": chosen["pairs"], "quantile": PILOT_QUANTILE}}
+        self._tuned_for = (key, (final, record))
+        return final, record
+
+    def _candidate(self, estimator, **changes) -> "PrivateEstimator":
+        """This estimator's settings with another model (and ``changes``), tune off: a candidate of tune=True."""
+        params = self.get_params(deep=False)
+        params.update(estimator=estimator, tune=False, **changes)
+        return type(self)(**params)
+
+    def _fit_tuned(self, X, y):
+        arr, _ = as_matrix(X, "X", values=self.ledger is None)
+        final, record = self._tuned(arr.shape[0])
+        final.fit(X, y)
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)  # nothing left from an earlier fit
+        for name, value in vars(final).items():
+            if name.endswith("_") and not name.startswith("_"):
+                setattr(self, name, value)
+        if "mechanism" in record:
+            self.mechanism_choice_ = record["mechanism"]
+        self.tuned_params_ = dict(record["params"])
+        self.tuning_ = record
+        return self
 
     def _simulate(self, skeleton, oracle, n, estimate, mechanism, epsilons, repeats) -> UtilityPreview:
         result = simulate(skeleton.model, skeleton.target, oracle, n, estimate.sensitivity,
@@ -355,13 +489,16 @@ class PrivateEstimator(BaseEstimator):
         if not result.useless(float(self.epsilon)):
             low, high = result.interval(float(self.epsilon))
             if result.risky(float(self.epsilon)):  # useful on average, yet a release may land below trivial
+                remedy = ("More records, a larger epsilon, or regularisation and public clipping chosen on public "
+                          "data (tune=True, or a PrivateSearchCV with raydp.sklearn.PublicClip) narrow it"
+                          if self._suggest is not None else  # a tune=True fit: that choice was made
+                          "More records or a larger epsilon narrow it")
                 warnings.warn(
                     f"at epsilon={self.epsilon:g} the released model is expected to score "
                     f"{result.expected(float(self.epsilon)):.3f}, but {INTERVAL_CLAIM} releases land in "
                     f"[{low:.3f}, {high:.3f}] ({result.metric}, {result.repeats} previews on public records), which "
                     f"reaches below a trivial predictor's {result.trivial:.3f}: this release may be worse than no "
-                    "model. More records, a larger epsilon, or a PrivateSearchCV over regularisation and public "
-                    "clipping (raydp.sklearn.PublicClip) narrow it", UtilityWarning, stacklevel=3)
+                    f"model. {remedy}", UtilityWarning, stacklevel=3)
             return
         row = result.row(float(self.epsilon))
         msg = (f"at epsilon={self.epsilon:g} the released model is expected to score {row['mean']:.3f} ± "
@@ -371,7 +508,8 @@ class PrivateEstimator(BaseEstimator):
         suggestion = self._suggest(self, skeleton, oracle, n, options) if self._suggest is not None else None
         if suggestion is not None and suggestion.score > row["mean"]:
             msg += (f". Searched on public data over regularisation and public clipping, this previews "
-                    f"{suggestion.score:.3f} (best: {suggestion.best_params}): {suggestion.line}")
+                    f"{suggestion.score:.3f} (best: {suggestion.best_params}): {suggestion.line} — or add tune=True "
+                    "to this line, which chooses among the same candidates on public data")
         else:
             msg += (". Searching regularisation and public clipping on public data found nothing better: give more "
                     "records or a larger epsilon")
@@ -495,6 +633,13 @@ class PrivateEstimator(BaseEstimator):
         if self.public_steps_:
             text += ("; fitted on public oracle records and not released (no privacy cost): "
                      + ", ".join(self.public_steps_))
+        tuning = getattr(self, "tuning_", None)
+        if tuning:
+            chosen = ", ".join(f"{k}={v!r}" for k, v in sorted(tuning["params"].items()))
+            text += (f"; tune=True chose {chosen} among {len(tuning['candidates'])} candidates by the score previewed "
+                     f"on public data at stand-in Δ̂s from public pilot pairs, no privacy spent ({tuning['previewed']:.3f}"
+                     + (f"; the model as given {tuning['as_given']:.3f}" if tuning["as_given"] is not None else "")
+                     + ")")
         return text
 
     # ---- checks --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.decomposition import PCA
-from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
@@ -194,3 +194,70 @@ def test_the_preview_interval_is_the_calibrated_one():
     # an accuracy lies in [0, 1]: the widened ends stop there
     acc = UtilityPreview(**{**p.__dict__, "metric": "accuracy"})
     assert acc.interval(1.0) == pytest.approx((0.0, 1.0)) and acc.interval(1.0, widen=1.0) == pytest.approx((0.1, 0.9))
+
+
+def _raw_line(oracle, **kw):
+    """The line on raw columns with scikit-learn's default C = 1: previews far below the tuned candidates here."""
+    kw = {"epsilon": 1.0, **PLAN, "options": OPT, **kw}
+    return PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression()), oracle=oracle, **kw)
+
+
+@pytest.mark.slow
+def test_tune_chooses_on_public_data_releases_the_chosen_model_once_and_says_so(data, tmp_path):
+    oracle, X, y, Xt, yt = data
+    ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=2.0)
+    pe = _raw_line(oracle, tune=True, ledger=ledger, delta=1e-5)
+    preview = pe.preview(len(X), repeats=5)
+    final, record = pe._tuned_for[1]
+    assert pe.preview_estimate_ is final.preview_estimate_ and pe.preview_tuning_ is record
+    pe.fit(X, y)
+    assert pe.estimate_ is final.preview_estimate_  # the preview's choice and Δ̂ are the fit's: nothing sampled twice
+    rows = record["candidates"]
+    # the grid: C as given x {0.01, 0.1, 1}, without and with public clipping; the model as given is a candidate
+    assert len(rows) == 6 and {r["params"]["logisticregression__C"] for r in rows} == {0.01, 0.1, 1.0}
+    assert {type(r["params"]["publicclip"]).__name__ for r in rows} == {"str", "PublicClip"}
+    best = max(rows, key=lambda r: r["mean"])
+    assert pe.tuned_params_ == best["params"] and pe.tuning_["previewed"] == best["mean"]
+    for r in rows:  # each candidate previewed with both mechanisms at stand-in Δ̂s from the same public pilot pairs
+        assert set(r["previews"]) == {"laplace", "gaussian"} and r["pairs"] == raydp.plan(gamma=0.3).m  # no budget: the sample's m (24) when under 50
+        assert r["mean"] == max(p["mean"] for p in r["previews"].values())
+    assert pe.tuning_["as_given"] == next(r["mean"] for r in rows if r["params"]["logisticregression__C"] == 1.0
+                                          and r["params"]["publicclip"] == "passthrough")
+    assert pe.tuning_["previewed"] > pe.tuning_["as_given"] + 0.1  # raw C = 1 is far worse here than the choice
+    # the released model is the chosen one, with the mechanism its pilot chose
+    final_step = pe.estimator_.steps[-1][1]
+    assert final_step.C == pe.tuned_params_["logisticregression__C"]
+    assert pe.release_.mechanism["name"] == best["mechanism"] == pe.mechanism_choice_["mechanism"]
+    assert preview.rows[0]["epsilon"] == 1.0
+    assert len(ledger.entries()) == 1 and ledger.spent()[0] == 1.0
+    text = pe.statement()
+    assert "tune=True chose logisticregression__C=" in text and "among 6 candidates" in text
+    assert "the model as given" in text and f"{best['mechanism']} chosen" in text
+    # the user's estimator is untouched
+    assert pe.estimator.steps[-1][1].C == 1.0 and not hasattr(pe.estimator.steps[-1][1], "coef_")
+    # one noisy release (unseeded noise): a loose bound, far above the trivial predictor's ~0.33
+    assert pe.score(Xt, yt) > 0.4
+
+
+def test_tune_refuses_what_it_cannot_honour(data):
+    oracle, X, y, *_ = data
+    with pytest.raises(InvalidArgumentError, match="tune must be True or False"):
+        _raw_line(oracle, tune="yes").fit(X, y)
+    with pytest.raises(InvalidArgumentError, match="PCA has no score against labels"):
+        PrivateEstimator(PCA(2), oracle=oracles.bootstrap(X), epsilon=1.0, **PLAN, options=OPT, tune=True).fit(X)
+    with pytest.raises(InvalidArgumentError, match="nothing to tune in LinearRegression"):
+        PrivateEstimator(LinearRegression(), oracle=oracle, epsilon=1.0, **PLAN, options=OPT, tune=True).fit(X, y)
+    with pytest.raises(InvalidArgumentError, match="estimate= cannot be given"):  # before anything is sampled
+        _raw_line(oracle, tune=True, estimate=object()).fit(X, y)
+
+
+@pytest.mark.slow
+def test_tune_refuses_a_useless_choice_uncharged_and_warns_without_a_search_to_suggest(data, tmp_path):
+    oracle, X, y, *_ = data
+    ledger = raydp.Ledger.create(str(tmp_path / "l.json"), epsilon_total=1.0)
+    with pytest.raises(UtilityError, match='on_useless="refuse": nothing was released or charged'):
+        _raw_line(oracle, public_steps=None, epsilon=0.01, on_useless="refuse", ledger=ledger, tune=True).fit(X, y)
+    assert ledger.spent() == (0.0, 0.0) and ledger.entries() == []
+    with pytest.warns(UtilityWarning, match="found nothing better") as seen:
+        _raw_line(oracle, public_steps=None, epsilon=0.01, tune=True).fit(X, y)
+    assert not any("PrivateSearchCV(" in str(w.message) for w in seen)  # the search was this fit's own

@@ -45,21 +45,22 @@ databases drawn from the oracle (see README, "Concepts").
     python jobs/sklearn_utility.py --one-liner --out jobs/results   # the README's line on raw data (≈ 2 h)
 
 ``--one-liner`` runs the README's line itself, ``PrivateEstimator(make_pipeline(StandardScaler(),
-LogisticRegression()), oracle=oracles.bootstrap(public_rows), epsilon=1.0, delta=1e-5, gamma=0.05)``
-(``Ridge()`` for a regression), on every RAW column of three bundled sets (breast cancer: 30 columns,
+LogisticRegression()), oracle=oracles.bootstrap(public_rows), epsilon=1.0, delta=1e-5, gamma=0.05,
+tune=True)`` (``Ridge()`` for a regression), on every RAW column of three bundled sets (breast cancer: 30 columns,
 2 classes; wine: 13 columns, 3 cultivars; diabetes with ``scaled=False``: 10 columns, Ridge). Each of
 --repeats splits (default 5, fixed seeds) shuffles a set: the public half is the oracle, the private
 half is split 70/30 into train and test. Lines: the trivial predictor, the non-private pipeline, the
 line with its old defaults (``time_budget=None, mechanism="gaussian"``: the fewest pairs, Gaussian),
-the line as written (a sampling budget; the mechanism chosen on public pilot pairs, the budget spent on
-its Δ̂), the ``PrivateSearchCV``
+the line with ``tune=False`` (C or alpha as given; a sampling budget; the mechanism chosen on public pilot
+pairs, the budget spent on its Δ̂), the line as written (``tune=True``: regularisation and public clipping
+chosen on public pilot pairs as well), the ``PrivateSearchCV``
 a UtilityWarning suggests (C or alpha × ``PublicClip``), and diffprivlib given the public half's
 bounds. Each private fit is recorded with its mechanism, (m, k), Δ̂, preview, whether the preview
 judged it useless or risky (its stated interval reaching below the trivial predictor) and whether a
 UtilityWarning was seen, then released --releases more times at its
 Δ̂ to measure how often a release lands in its preview's interval. Then Δ̂ across --spread-seeds
-sampler seeds (before; after in ℓ2 with ``mechanism="gaussian"``; the line as written), ``on_useless="refuse"`` with a ledger on a useless fit, and the
-wall time of one fit before and after, each in a fresh process, in process and on a 2-node
+sampler seeds (before; C as given in ℓ2 with ``mechanism="gaussian"``; the line as written), ``on_useless="refuse"`` with a ledger on a useless fit, and the
+wall time of one fit of each line (before, ``tune=False``, as written), each in a fresh process, in process and on a 2-node
 :class:`raydp.local_cluster.LocalCluster` (--wall-time-repeats rounds, interleaved). Writes
 ``sklearn_one_liner.{md,json}`` in --out (about two hours on 2 shared cores).
 
@@ -476,8 +477,10 @@ ONE_LINER_SETS = {
 REGRESSION_SETS = ("diabetes",)
 # The line's defaults before the time budget and the mechanism choice: the fewest pairs γ allows, Gaussian for δ > 0.
 OLD_DEFAULTS = {"time_budget": None, "mechanism": "gaussian"}
-LINES = ("before", "after", "search")
-LINE_TITLES = {"before": "README line, old defaults", "after": "README line as written",
+LINES = ("before", "after", "tuned", "search")
+# "after": the line with tune=False (the model as given); "tuned": the README's line as written (tune=True)
+LINE_TITLES = {"before": "line, old defaults", "after": "line, tune=False (C or alpha as given)",
+               "tuned": "README line as written (tune=True)",
                "search": "PrivateSearchCV (C or alpha × PublicClip)"}
 DPL_VARIANTS = {"scaled": "diffprivlib, public scaling and bounds", "raw": "diffprivlib, raw columns, public bounds"}
 # Intervals whose share of real releases is measured: central levels of the previewed releases' scores
@@ -648,7 +651,7 @@ def _coverage(releases: list[dict]) -> list[dict]:
 
 
 def _one_fit(a, spec: str) -> int:
-    """One fit of the line in this process (``--one-fit SET:before|after``, for the wall-time runs): one JSON line."""
+    """One fit of the line in this process (``--one-fit SET:before|after|tuned``, for the wall-time runs): one JSON line."""
     import numpy as np
 
     from raydp import SamplerOptions, oracles
@@ -656,11 +659,11 @@ def _one_fit(a, spec: str) -> int:
     from raydp.sklearn import PrivateEstimator
 
     name, _, variant = spec.partition(":")
-    if name not in ONE_LINER_SETS or variant not in ("before", "after"):
-        raise InvalidArgumentError(f"--one-fit must be SET:before or SET:after with SET in {sorted(ONE_LINER_SETS)}, "
-                                   f"got {spec!r}")
+    if name not in ONE_LINER_SETS or variant not in WALL_VARIANTS:
+        raise InvalidArgumentError(f"--one-fit must be SET:before, SET:after or SET:tuned with SET in "
+                                   f"{sorted(ONE_LINER_SETS)}, got {spec!r}")
     public, Xtr, ytr, Xte, yte = _one_liner_split(name, a.seed, 0)
-    extra = dict(OLD_DEFAULTS) if variant == "before" else {}
+    extra = dict(OLD_DEFAULTS) if variant == "before" else {"tune": True} if variant == "tuned" else {}
     if a.time_budget is not None:  # a quick run's budget (the line as written leaves it at its default)
         extra["options"] = SamplerOptions(time_budget=a.time_budget)
     # the README's line as written (the default backend finds RAY_ADDRESS), with a fixed seed
@@ -675,6 +678,9 @@ def _one_fit(a, spec: str) -> int:
                       "trivial": float(np.mean(yte == np.bincount(ytr.astype(int)).argmax()))
                       if name not in REGRESSION_SETS else None}, default=float))
     return 0
+
+
+WALL_VARIANTS = ("before", "after", "tuned")
 
 
 def _wall_times(a, report: dict) -> None:
@@ -705,7 +711,7 @@ def _wall_times(a, report: dict) -> None:
 
     def rounds(cluster) -> None:
         for rep in range(a.wall_time_repeats):
-            order = ("before", "after") if rep % 2 == 0 else ("after", "before")
+            order = WALL_VARIANTS[rep % 3:] + WALL_VARIANTS[:rep % 3]  # each variant first in turn
             for where in a.wall_time_where:
                 for variant in order:
                     one(where, variant, local_env if where == "local" else cluster.env)
@@ -717,7 +723,7 @@ def _wall_times(a, report: dict) -> None:
         rounds(None)
     summary = []
     for where in a.wall_time_where:
-        for variant in ("before", "after"):
+        for variant in WALL_VARIANTS:
             mine = [r for r in runs if r["where"] == where and r["variant"] == variant]
             summary.append({"where": where, "variant": variant,
                             "fit_seconds": _report.spread([r["fit_seconds"] for r in mine]),
@@ -786,6 +792,7 @@ def one_liner(a, argv) -> int:
                 "before": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, **OLD_DEFAULTS,
                                                    options=options),
                 "after": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, options=options),
+                "tuned": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, options=options, tune=True),
                 "search": lambda: PrivateSearchCV(*_suggested_search(name), oracle=oracle, **common, options=options),
             }
             for line in LINES:
@@ -793,9 +800,10 @@ def one_liner(a, argv) -> int:
                 pe = fitted.best_estimator_ if line == "search" else fitted
                 rec = dict(data=name, split=r, line=line, n=len(Xtr),
                            **_fit_record(pe, eps, messages, seconds, pe.score(Xte, yte), trivial))
-                if line == "search":
+                if line in ("search", "tuned"):
+                    chosen = fitted.best_params_ if line == "search" else fitted.tuned_params_
                     rec["best_params"] = {k: (v if isinstance(v, (str, float, int)) else type(v).__name__)
-                                          for k, v in fitted.best_params_.items()}
+                                          for k, v in chosen.items()}
                 rec["more_releases"] = _more_releases(pe, Xtr, ytr, Xte, yte, a.releases)
                 report["fits"].append(rec)
                 if line != "search" and rec["useless"] and line not in useless_fit:
@@ -818,8 +826,11 @@ def one_liner(a, argv) -> int:
                 for r, s in enumerate(scores[:, 0]):
                     report["splits"][-repeats + r][f"diffprivlib_{variant}"] = float(s)
         if useless_fit:  # the same fit (the line as written first) with on_useless="refuse" and a ledger
-            line, r, estimate, options, Xtr, ytr, oracle = useless_fit.get("after") or useless_fit["before"]
-            extra = OLD_DEFAULTS if line == "before" else {}
+            line, r, estimate, options, Xtr, ytr, oracle = next(useless_fit[x] for x in ("tuned", "after", "before")
+                                                                if x in useless_fit)
+            extra = OLD_DEFAULTS if line == "before" else {"tune": True} if line == "tuned" else {}
+            if line == "tuned":
+                estimate = None  # tune=True samples the Δ̂ of the model it chooses (the seed is the fit's)
             with tempfile.TemporaryDirectory(prefix="raydp-refuse-") as tmp:
                 ledger = raydp.Ledger.create(os.path.join(tmp, "budget.json"), epsilon_total=10.0, delta_total=1e-3)
                 refused, message = False, None
@@ -841,10 +852,11 @@ def one_liner(a, argv) -> int:
             for s in range(a.spread_seeds):
                 options = _common.options(a, seed=1000 + s)
                 row = dict(data=name, seed=1000 + s, n=len(Xtr))
-                # before: the old defaults (ℓ2, the fewest pairs); after: the line as written (the pilot picks the
-                # mechanism, the whole budget goes to its Δ̂); after_l2: the same budget with mechanism="gaussian",
-                # so the spread is compared in one norm whatever the pilot picked
-                for variant, extra in (("before", OLD_DEFAULTS), ("after", {}), ("after_l2", {"mechanism": "gaussian"})):
+                # before: the old defaults (ℓ2, the fewest pairs); after: the line as written (tune=True: the
+                # pilot picks the model and the mechanism, the rest of the budget goes to its Δ̂); after_l2: the
+                # model as given with the whole budget and mechanism="gaussian" (one norm, one model, to compare)
+                for variant, extra in (("before", OLD_DEFAULTS), ("after", {"tune": True}),
+                                       ("after_l2", {"mechanism": "gaussian"})):
                     pe = PrivateEstimator(_line(name), oracle=oracle, **common, **extra, options=options)
                     t0 = time.perf_counter()
                     pe.preview(len(Xtr))
@@ -852,7 +864,10 @@ def one_liner(a, argv) -> int:
                     row[variant] = dict(seconds=time.perf_counter() - t0, mechanism=est.mechanism["name"],
                                         sensitivity=float(est.sensitivity), m=int(est.plan.m), k=int(est.plan.k),
                                         pilot=None if not pe.preview_choice_ else {
-                                            k: float(v["sensitivity"]) for k, v in pe.preview_choice_["previews"].items()})
+                                            k: float(v["sensitivity"]) for k, v in pe.preview_choice_["previews"].items()},
+                                        tuned=None if variant != "after" else {
+                                            k: (v if isinstance(v, (str, float, int)) else type(v).__name__)
+                                            for k, v in pe.preview_tuning_["params"].items()})
                 report["spread"].append(row)
                 _common.say(a, f"  Δ̂ spread {name} seed {row['seed']}: before ℓ2 {row['before']['sensitivity']:.4g}, "
                                f"after {row['after']['mechanism']} {row['after']['sensitivity']:.4g} "
@@ -902,6 +917,9 @@ def _summarise(report: dict, sets: list[str]) -> None:
                         "after": [(s["after"]["mechanism"], s["after"]["sensitivity"]) for s in rows],
                         "after_m": sorted({s["after"]["m"] for s in rows}),
                         "after_l2_m": sorted({s["after_l2"]["m"] for s in rows}),
+                        "after_tuned": sorted({", ".join(f"{k.split('__')[-1]}={v}" for k, v in
+                                                         sorted((s["after"].get("tuned") or {}).items()))
+                                                for s in rows} - {""}),
                         "after_mechanisms": {m: sum(s["after"]["mechanism"] == m for s in rows)
                                              for m in ("gaussian", "laplace")},
                         "sd_ratio": after_l2["sd"] / before["sd"] if before["sd"] else None,
@@ -925,17 +943,18 @@ def _summarise(report: dict, sets: list[str]) -> None:
     goals = []
     for name in sets:
         row = table[name]
-        gap = row["nonprivate"]["mean"] - row["after"]["mean"]
+        gap = row["nonprivate"]["mean"] - row["tuned"]["mean"]
         goals.append({"goal": "within 0.1 of non-private (100+ private records)", "data": name,
                       "applies": row["n"] >= 100, "met": bool(row["n"] >= 100 and gap <= 0.1),
                       "figure": f"gap {gap:.3f} (mean over splits), worst split "
-                                f"{max(s['nonprivate'] - f['score'] for s in splits for f in fits if s['data'] == name and f['data'] == name and f['line'] == 'after' and f['split'] == s['split']):.3f}"})
-    silent = [f for f in fits if f["line"] == "after" and f["below_trivial"] and not f["warned"]]
-    unjudged = [f for f in fits if f["line"] == "after" and f["below_trivial"] and not f["useless"]]
+                                f"{max(s['nonprivate'] - f['score'] for s in splits for f in fits if s['data'] == name and f['data'] == name and f['line'] == 'tuned' and f['split'] == s['split']):.3f}"})
+    silent = [f for f in fits if f["line"] in ("after", "tuned") and f["below_trivial"] and not f["warned"]]
+    unjudged = [f for f in fits if f["line"] in ("after", "tuned") and f["below_trivial"] and not f["useless"]]
     goals.append({"goal": "never below the trivial predictor without a warning", "data": "all", "applies": True,
                   "met": not silent,
-                  "figure": f"{sum(f['below_trivial'] for f in fits if f['line'] == 'after')} of "
-                            f"{sum(f['line'] == 'after' for f in fits)} releases below trivial; {len(silent)} of them "
+                  "figure": f"{sum(f['below_trivial'] for f in fits if f['line'] in ('after', 'tuned'))} of "
+                            f"{sum(f['line'] in ('after', 'tuned') for f in fits)} releases of the line (tune=False "
+                            f"and as written) below trivial; {len(silent)} of them "
                             f"without a warning seen, {len(unjudged)} not judged useless by the preview"})
     for chk in report["refuse"]:
         goals.append({"goal": 'on_useless="refuse" refuses before any charge', "data": chk["data"], "applies": True,
@@ -977,7 +996,7 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
                     + [_cell([s[f"diffprivlib_{v}"] for s in report["splits"] if s["data"] == name]) for v in dpl_present])
     detail = []
     for f in fits:
-        if f["line"] == "search":
+        if f["line"] in ("search", "tuned"):
             what = ", ".join(f"{k.split('__')[-1]}={v}" for k, v in f["best_params"].items())
         else:
             what = "—" if f["suggestion"] is None else f"{f['suggestion']:.3f}"
@@ -989,14 +1008,18 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
     parts = [
         _report.header("The README's scikit-learn line on raw public data, before and after", report),
         f"\n`PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression()), oracle=oracles.bootstrap("
-        f"public_rows), epsilon={report['epsilon']:g}, delta={report['delta']:g}, gamma={report['gamma']:g})` "
+        f"public_rows), epsilon={report['epsilon']:g}, delta={report['delta']:g}, gamma={report['gamma']:g}, "
+        "tune=True)` "
         f"(`Ridge()` for the regression), on every raw column of three data sets bundled with scikit-learn: "
         + "; ".join(f"**{k}**: {v}" for k, v in report["sets"].items())
         + f". Each of {report['repeats']} splits (seeds fixed) shuffles the set: the public half is the oracle "
         "(`oracles.bootstrap` of its rows), the private half is split 70/30 into train and test. *Before*: the same "
         "line with the old defaults (`time_budget=None`: the fewest pairs, m = k = 1305 at γ = 0.05; "
-        "`mechanism=\"gaussian\"`). *After*: the line as written (a 20 s sampling budget; the mechanism chosen by "
-        "previews at stand-in Δ̂s read off public pilot pairs, then the budget spent on its Δ̂). The search is the line a warning suggests (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}, "
+        "`mechanism=\"gaussian\"`). *tune=False*: the line with the model as given (C = 1 or alpha = 1; a 20 s sampling "
+        "budget; the mechanism chosen by previews at stand-in Δ̂s read off public pilot pairs, then the budget spent "
+        "on its Δ̂). *As written* (`tune=True`): the regularisation (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}) and "
+        "`PublicClip(3)` or none after the public scaler chosen with the mechanism by the same kind of previews on "
+        "public pilot pairs (a quarter of the budget), the rest of the budget spent on the chosen model's Δ̂. The search is the line a warning suggests (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}, "
         "with or without `PublicClip(3)` after the public scaler). diffprivlib 0.6.6 runs in its own environment, "
         "given the public half's bounds (`data_norm` = the largest public row norm; `bounds_X`, `bounds_y` = the "
         "public min and max), on the public half's standardisation and on raw columns. Cells: mean ± sd over "
@@ -1005,8 +1028,8 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
         "\n\n## Every private fit\n\nmechanism and (m, k) as chosen; preview: the mean of the release's 20 "
         "previews on public records and their central 80%; useless: the preview's own judgement (the fit must warn); "
         "warned: a UtilityWarning was seen (\"may be worse\": the warning that the stated interval reaches below the "
-        "trivial predictor, for a release not judged useless); last column: the suggested search's previewed score (before/after) or "
-        "the search's choice.\n\n",
+        "trivial predictor, for a release not judged useless); last column: the suggested search's previewed score "
+        "(old defaults, tune=False) or the choice (as written, search).\n\n",
         _report.table(["data", "split", "line", "mechanism", "m / k", "Δ̂", "preview [80%]", "realised", "trivial",
                        "useless", "warned", "suggestion / choice", "s"], detail),
     ]
@@ -1025,11 +1048,13 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
                           f"×{sp['cv_ratio']:.2f}" if sp["cv_ratio"] is not None else "—",
                           f"×{sp['sd_ratio']:.2f}" if sp["sd_ratio"] is not None else "—",
                           f"×{sp['range_ratio']:.2f}" if sp["range_ratio"] is not None else "—",
-                          ", ".join(f"{k} {v}" for k, v in sp["after_mechanisms"].items() if v)])
+                          ", ".join(f"{k} {v}" for k, v in sp["after_mechanisms"].items() if v)
+                          + "".join(f"; {t}" for t in sp.get("after_tuned", []))])
         parts += [f"\n\n## Δ̂ across sampler seeds\n\nSplit 0's public data and n, seeds 1000…; before: ℓ2 Δ̂ of "
-                  "the old defaults; after ℓ2: the line with `mechanism=\"gaussian\"` and its default budget (one norm "
-                  "to compare), with the m the budget chose; as written: the line itself, whose public pilot picks the "
-                  "mechanism before the whole budget goes to its Δ̂ (per seed, with m; its sd/mean ÷ before's when every seed "
+                  "the old defaults; after ℓ2: the model as given (`tune=False`) with `mechanism=\"gaussian\"` and the "
+                  "default budget (one norm and one model to compare), with the m the budget chose; as written: the line "
+                  "itself (`tune=True`), whose public pilot picks the model and the mechanism before the rest of the "
+                  "budget goes to its Δ̂ (per seed, with m; its sd/mean ÷ before's when every seed "
                   "chose one mechanism — sd/mean has no scale, so an ℓ1 spread compares with an ℓ2 one). Other ratios: "
                   "after ℓ2 ÷ before.\n\n",
                   _report.table(["data", "seeds", "before ℓ2 Δ̂ median [range]", "after ℓ2 Δ̂", "after ℓ2 m",
@@ -1056,7 +1081,7 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
                   f"{s['useless']}/{s['runs']}", f"{s['warned']}/{s['runs']}"] for s in wt["summary"]]
         loads = [r["load"] for r in wt["runs"]]
         parts += [f"\n\n## Wall time of one fit\n\n{wt['set']}, split 0, each fit in a fresh process, "
-                  f"{wt['repeats']} rounds interleaved (before/after order alternating); cluster: "
+                  f"{wt['repeats']} rounds interleaved (each line first in turn); cluster: "
                   "`raydp.local_cluster.LocalCluster(workers=1, cpus_per_node=1)` (a head and a worker, token auth, "
                   f"RAY_ADDRESS set for the fit). Median [min–max]. A fit the preview judges useless also runs the "
                   "suggested search on public data (its candidates at the fewest pairs) before it warns. Load average during the runs: "

@@ -681,7 +681,7 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
     md = (out / "sklearn_one_liner.md").read_text()
     assert "| wine, accuracy (62) |" in md and "| diabetes, R² (155) |" in md and md in stdout
     fits = {(f["data"], f["split"], f["line"]): f for f in report["fits"]}
-    assert len(fits) == len(report["fits"]) == 2 * 2 * 3
+    assert len(fits) == len(report["fits"]) == 2 * 2 * 4
     for f in fits.values():
         assert len(f["more_releases"]) == 1 and math.isfinite(f["score"]) and len(f["preview_scores"]) >= 2
         assert f["interval"][0] <= f["preview"] + 1e-9 and f["preview"] - 1e-9 <= f["interval"][1]
@@ -690,6 +690,11 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
         if f["line"] == "after":    # both mechanisms previewed on the pilot's pairs; the budget less the pilot sized m
             assert set(f["previews_by_mechanism"]) == {"gaussian", "laplace"} and f["pilot"]["pairs"] >= 20
             assert f["sizing"]["budget_seconds"] == max(round(1.0 - f["pilot"]["seconds"], 1), 0.5)
+        if f["line"] == "tuned":    # the README's line: the model and the mechanism chosen on pilot pairs, then its Δ̂
+            key = "ridge__alpha" if f["data"] == "diabetes" else "logisticregression__C"
+            assert set(f["best_params"]) == {key, "publicclip"} and f["pilot"]["pairs"] >= 20
+            assert set(f["previews_by_mechanism"]) == {"gaussian", "laplace"}
+            assert 0.5 <= f["sizing"]["budget_seconds"] <= 1.0
         # a release the preview calls useless or risky has warned (in process, nothing to lose the warning)
         assert f["warned"] or not (f["useless"] or f["risky"]) or f["line"] == "search"
     for r in range(2):              # raw diabetes, Ridge(alpha=1): Δ̂ drowns the release, and the fit says so
@@ -702,11 +707,12 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
     assert [(c["data"], c["refused"], c["entries"], c["spent"]) for c in report["refuse"]] == [
         ("diabetes", True, 0, [0.0, 0.0])]
     releases = report["calibration"]["all"][0]
-    assert releases["releases"] == 2 * 2 * 3 * 2 and 0 <= releases["inside"] <= releases["releases"]
+    assert releases["releases"] == 2 * 2 * 4 * 2 and 0 <= releases["inside"] <= releases["releases"]
     assert sorted((s["data"], s["before"]["m"]) for s in report["spread"]) == [("diabetes", 24)] * 2 + [("wine", 24)] * 2
-    assert all(s["after_l2"]["mechanism"] == "gaussian" and s["after"]["pilot"] for s in report["spread"])
+    assert all(s["after_l2"]["mechanism"] == "gaussian" and s["after"]["pilot"] and s["after"]["tuned"]
+               for s in report["spread"])
     assert [(w["where"], w["variant"], w["runs"]) for w in report["wall_time"]["summary"]] == [
-        ("local", "before", 1), ("local", "after", 1)]
-    assert all(run["m"] == 24 and run["fit_seconds"] > 0 for run in report["wall_time"]["runs"])
+        ("local", "before", 1), ("local", "after", 1), ("local", "tuned", 1)]
+    assert all(run["m"] >= 24 and run["fit_seconds"] > 0 for run in report["wall_time"]["runs"])
     assert {g["goal"] for g in report["goals"]} >= {"never below the trivial predictor without a warning",
                                                     'on_useless="refuse" refuses before any charge'}

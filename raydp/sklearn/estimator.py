@@ -160,7 +160,8 @@ class PrivateEstimator(BaseEstimator):
         and Gaussian (ℓ2, analytic calibration) are previewed on public data at (ε, δ) — no privacy
         spent — each at a stand-in Δ̂ read off the same public pilot pairs (at most a tenth of the
         budget), and the one expected to score better gets the rest of the budget for its Δ̂ and releases
-        (``mechanism_choice_`` and the statement say which and why). "laplace", "gaussian", or a raydp Laplace or Gaussian
+        (``mechanism_choice_`` and the statement say which and why; an unsupervised model has no score to
+        preview by, and keeps the Gaussian). "laplace", "gaussian", or a raydp Laplace or Gaussian
         mechanism whose (ε, δ) equal ``epsilon``/``delta``, to choose yourself.
     params : None (the float parameters predictions use), a list of attribute paths, or a callable
         ``fitted_public_model -> list of paths``.
@@ -418,6 +419,13 @@ class PrivateEstimator(BaseEstimator):
             norm = (self.estimate if self.estimate is not None else previewed).norm
             fitting = [mech for mech in candidates if mech.norm == norm]
             candidates = fitting or candidates
+        unscored = None
+        if len(candidates) > 1 and not skeleton.target.supervised:
+            # no score to preview a release of an unsupervised model by: nothing to choose on, so the first
+            # candidate (the Gaussian) gets the whole budget instead of each sampling on half of it
+            candidates = candidates[:1]
+            unscored = {"mechanism": candidates[0].name, "previews": {},
+                        "reason": "an unsupervised model has no score to preview a release by: kept without a choice"}
         if len(candidates) > 1:
             chosen = self._pilot_choice(candidates, skeleton, oracle, n, options, repeats)
             if chosen is not None:
@@ -440,7 +448,7 @@ class PrivateEstimator(BaseEstimator):
         if len(tried) == 1 or tried[0].preview is None:
             if self.estimate is None and tried[0].estimate is previewed:  # the choice made when it was previewed
                 return replace(tried[0], record=getattr(self, "preview_choice_", None))
-            return tried[0]
+            return replace(tried[0], record=unscored) if unscored else tried[0]
         eps = float(self.epsilon)
         best = max(tried, key=lambda c: c.preview.expected(eps))
         record = {"mechanism": best.mechanism.name, "reason": "previewed on public data at the caller's (ε, δ)",
@@ -621,7 +629,9 @@ class PrivateEstimator(BaseEstimator):
         check_is_fitted(self)
         text = self.release_.statement()
         choice = getattr(self, "mechanism_choice_", None)
-        if choice:
+        if choice and not choice["previews"]:  # nothing to choose on (an unsupervised model)
+            text += f"; {choice['mechanism']} kept: {choice['reason'].split(': ')[0]}"
+        elif choice:
             pilot = choice.get("pilot")
             stand = "pilot Δ̂" if pilot else "Δ̂"
             seen = "; ".join(f"{name} {p['mean']:.3f} ± {p['sd']:.3f} ({stand} {p['sensitivity']:.4g})"

@@ -261,3 +261,14 @@ def test_tune_refuses_a_useless_choice_uncharged_and_warns_without_a_search_to_s
     with pytest.warns(UtilityWarning, match="found nothing better") as seen:
         _raw_line(oracle, public_steps=None, epsilon=0.01, tune=True).fit(X, y)
     assert not any("PrivateSearchCV(" in str(w.message) for w in seen)  # the search was this fit's own
+
+
+def test_an_unsupervised_model_with_delta_keeps_the_gaussian_on_the_whole_budget():
+    """No score to preview a release of PCA by: nothing to choose between Laplace and the Gaussian, so the
+    Gaussian is kept and sampled on the whole budget (each sampled on half of it and one thrown away before)."""
+    X = np.random.default_rng(4).normal(0, 1, (400, 3)) * np.array([3.0, 1.0, 0.2])
+    pe = PrivateEstimator(PCA(2), oracle=oracles.bootstrap(X[:200]), epsilon=1.0, delta=1e-5, gamma=0.3,
+                          time_budget=1.0, options=OPT).fit(X[200:])
+    assert pe.release_.mechanism["name"] == "gaussian" and pe.mechanism_choice_["previews"] == {}
+    assert pe.estimate_.sizing["budget_seconds"] == 1.0  # the whole budget, not half
+    assert "gaussian kept: an unsupervised model has no score to preview a release by" in pe.statement()

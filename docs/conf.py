@@ -77,8 +77,6 @@ REPORTS = {  # stem in jobs/results -> (title, the job that writes it)
     "baselines_compare": ("Sampled Δ̂ vs the classic alternatives", "compare_baselines.py"),
     "sklearn_utility": ("scikit-learn models made private", "sklearn_utility.py"),
     "sklearn_one_liner": ("The scikit-learn one-liner on raw data", "sklearn_utility.py --one-liner"),
-    "sklearn_one_liner_wall": ("The scikit-learn one-liner: wall time of one fit",
-                               "sklearn_utility.py --one-liner --sets wine --repeats 2 --wall-time-repeats 2"),
     "scale_sim_wide": ("Expensive targets on 64 slots", "scale_sim.py --wide-case"),
     "release_cost": ("What a release costs: sealing and replay", "release_cost.py"),
 }

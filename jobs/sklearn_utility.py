@@ -42,7 +42,7 @@ databases drawn from the oracle (see README, "Concepts").
     python jobs/sklearn_utility.py                     # the table in README (≈ 2 min 15 s on 2 shared cores)
     python jobs/sklearn_utility.py --tasks breast_cancer/logistic --repeats 5 --epsilons 1 10
     python jobs/sklearn_utility.py --diffprivlib-python none         # without the diffprivlib column
-    python jobs/sklearn_utility.py --one-liner --out jobs/results   # the README's line on raw data (≈ 2 h)
+    python jobs/sklearn_utility.py --one-liner --out jobs/results   # the README's line on raw data (≈ 40 min)
 
 ``--one-liner`` runs the README's line itself, ``PrivateEstimator(make_pipeline(StandardScaler(),
 LogisticRegression()), oracle=oracles.bootstrap(public_rows), epsilon=1.0, delta=1e-5, gamma=0.05,
@@ -62,7 +62,7 @@ UtilityWarning was seen, then released --releases more times at its
 sampler seeds (before; C as given in ℓ2 with ``mechanism="gaussian"``; the line as written), ``on_useless="refuse"`` with a ledger on a useless fit, and the
 wall time of one fit of each line (before, ``tune=False``, as written), each in a fresh process, in process and on a 2-node
 :class:`raydp.local_cluster.LocalCluster` (--wall-time-repeats rounds, interleaved). Writes
-``sklearn_one_liner.{md,json}`` in --out (about two hours on 2 shared cores).
+``sklearn_one_liner.{md,json}`` in --out (38 minutes on 2 shared cores with the README's options).
 
 How it runs. Δ̂ is sampled ONCE per task and norm (offline amortisation), by the first
 ``PrivateEstimator.fit`` with ``store=OUT/stores/<task>-<norm>`` (a re-run reuses it; ``--fresh``

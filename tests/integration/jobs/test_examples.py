@@ -157,9 +157,16 @@ def run_block(block: Block) -> subprocess.CompletedProcess:
 def _sklearn_is_useful(out: str) -> None:
     m = re.search(r"accuracy (\d\.\d+), majority class (\d\.\d+)", out)
     assert m, out
-    # 200 releases of this model (fresh noise each, Δ̂ sampled once) scored 0.837-0.930, mean 0.892,
-    # sd 0.024, against 0.640 for the majority class: below 0.74 is 6 sd under the mean
-    assert float(m.group(1)) > float(m.group(2)) + 0.1, out
+    # tune=True chose a smaller C on public data (C as given, 1, previews near 0.7 on these raw columns; which
+    # of 0.01 and 0.1 previews best can depend on how many pilot pairs the machine's speed buys)
+    assert re.search(r"'logisticregression__C': 0\.(01|1)\b", out), out
+    # One release, with OpenDP's unseeded noise. Its score has a heavy left tail: 200 real releases of this
+    # model at m = 2000 scored 0.72-0.97 (mean 0.90); 10^5 simulated ones at the smallest plan the budget may
+    # buy on a slow machine (m = 1305, Δ̂ 0.055) had mean 0.876, 0.4% at or below the majority class (0.64),
+    # a 10^-4 quantile of 0.35 and a 10^-5 quantile of 0.23. So the bound is 0.25 (fails about once in 10^5
+    # runs); the choice above and the preview (below, the guide's block) are what is deterministic.
+    assert float(m.group(1)) > 0.25, out
+    assert float(m.group(2)) == 0.640, out
 
 
 def _says(*texts: str):

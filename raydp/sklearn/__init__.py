@@ -74,9 +74,10 @@ from .estimator import PrivateEstimator
 from .params import REFUSED, fitted_float_params, prediction_params
 from .public import PUBLIC_BY_DEFAULT
 from .search import PrivateSearchCV
-from .suggest import PublicClip, suggest
+from .suggest import PublicClip, grid_for, suggest
 
 PrivateEstimator._suggest = staticmethod(suggest)  # the warning's PrivateSearchCV line (see PrivateEstimator)
+PrivateEstimator._grid = staticmethod(grid_for)  # the candidates of tune=True (see PrivateEstimator)
 from .target import EstimatorTarget, estimator_params
 from .utility import UtilityPreview, UtilityWarning
 

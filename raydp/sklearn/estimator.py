@@ -29,7 +29,6 @@ from .canonical import canonical_kinds
 from .inputs import as_labels, as_matrix, is_classifier, is_supervised, numeric, prepare
 from .params import REFUSED, estimators, fitted_float_params, prediction_params, resolve
 from .public import freeze_public_steps, public_step_names
-from .suggest import grid_for
 from .target import EstimatorTarget
 from .utility import INTERVAL_CLAIM, PILOT_QUANTILE, UtilityPreview, UtilityWarning, pilot_sensitivities, simulate, with_params
 
@@ -204,6 +203,9 @@ class PrivateEstimator(BaseEstimator):
     # What to suggest when the preview says "useless" (raydp.sklearn.suggest.suggest, which searches with
     # PrivateSearchCV and so imports this module): plugged in by the package, not imported here.
     _suggest = None
+    # The candidates tune=True previews (raydp.sklearn.suggest.grid_for, the same space the warning searches):
+    # plugged in likewise, since that module's search imports this one.
+    _grid = None
 
     def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None, time_budget="auto",
                  mechanism=None, params=None, public_steps="auto", estimate=None, options=None, ledger=None,
@@ -321,7 +323,7 @@ class PrivateEstimator(BaseEstimator):
         if not is_supervised(estimator):
             raise InvalidArgumentError(f"tune=True chooses by the score a release is expected to reach, and "
                                        f"{name} has no score against labels: give tune=False")
-        space, grid = grid_for(estimator, list(public_step_names(prepare(estimator), self.public_steps)))
+        space, grid = self._grid(estimator, list(public_step_names(prepare(estimator), self.public_steps)))
         if not grid:
             raise InvalidArgumentError(
                 f"tune=True has nothing to tune in {name}: it tunes a final step's C or alpha and a public clipping "

@@ -339,14 +339,8 @@ class PrivateEstimator(BaseEstimator):
             model = clone(space).set_params(**params)
             cand = self._candidate(model)
             skeleton = cand._skeleton(model, oracle, n, d, True)
-            if budget is None:  # as the mechanism's pilot: a small fixed one, never more pairs than the sample
-                pairs = min(PILOT_PAIRS_UNBUDGETED, max(PILOT_MIN_PAIRS, make_plan(gamma=self.gamma, m=self.m,
-                                                                                 k=self.k).m))
-                pilot = pilot_sensitivities(skeleton.target, oracle, n, mechanisms, max_pairs=pairs, min_pairs=pairs,
-                                            seconds=None)
-            else:
-                pilot = pilot_sensitivities(skeleton.target, oracle, n, mechanisms, max_pairs=PILOT_PAIRS,
-                                            min_pairs=PILOT_MIN_PAIRS, seconds=TUNE_PILOT_SHARE * budget / len(grid))
+            pilot = self._pilot(skeleton.target, oracle, n, mechanisms,
+                                None if budget is None else TUNE_PILOT_SHARE * budget / len(grid))
             row = {"params": params, "mean": float("nan"), "sd": float("nan"), "mechanism": None, "previews": {},
                    "pairs": 0 if pilot is None else pilot.pairs}
             if pilot is not None:
@@ -466,13 +460,7 @@ class PrivateEstimator(BaseEstimator):
         if not skeleton.target.supervised:
             return None
         budget = options.time_budget
-        if budget is None:  # no budget (an expensive target): a small fixed pilot, never more pairs than the sample
-            pairs = min(PILOT_PAIRS_UNBUDGETED, max(PILOT_MIN_PAIRS, make_plan(gamma=self.gamma, m=self.m, k=self.k).m))
-            pilot = pilot_sensitivities(skeleton.target, oracle, n, candidates, max_pairs=pairs, min_pairs=pairs,
-                                        seconds=None)
-        else:
-            pilot = pilot_sensitivities(skeleton.target, oracle, n, candidates, max_pairs=PILOT_PAIRS,
-                                        min_pairs=PILOT_MIN_PAIRS, seconds=PILOT_SHARE * budget)
+        pilot = self._pilot(skeleton.target, oracle, n, candidates, None if budget is None else PILOT_SHARE * budget)
         if pilot is None:
             return None
         previews = {mech.name: self._simulate(skeleton, oracle, n, _Stand(pilot.sensitivities[mech.name]), mech,
@@ -488,6 +476,16 @@ class PrivateEstimator(BaseEstimator):
                   "previews": {name: {"mean": pv.expected(eps), "sd": pv.row(eps)["sd"],
                                       "sensitivity": pilot.sensitivities[name]} for name, pv in previews.items()}}
         return best, record, pilot.seconds
+
+    def _pilot(self, target, oracle, n: int, mechanisms, seconds: float | None):
+        """Public pilot pairs measured in each mechanism's norm (:func:`pilot_sensitivities`): while under
+        ``seconds`` (at least PILOT_MIN_PAIRS, at most PILOT_PAIRS); with no budget (an expensive target) a small
+        fixed pilot, PILOT_PAIRS_UNBUDGETED or the sample's m if fewer, never more pairs than the sample."""
+        if seconds is None:
+            pairs = min(PILOT_PAIRS_UNBUDGETED, max(PILOT_MIN_PAIRS, make_plan(gamma=self.gamma, m=self.m, k=self.k).m))
+            return pilot_sensitivities(target, oracle, n, mechanisms, max_pairs=pairs, min_pairs=pairs, seconds=None)
+        return pilot_sensitivities(target, oracle, n, mechanisms, max_pairs=PILOT_PAIRS, min_pairs=PILOT_MIN_PAIRS,
+                                   seconds=seconds)
 
     def _judge(self, choice: _Choice, skeleton, oracle, n: int, options: SamplerOptions) -> None:
         """Before the private data is touched: is the release expected to beat a trivial predictor?

@@ -602,6 +602,11 @@ def _dpl_inputs(name: str, variant: str, public, Xtr, ytr, Xte, yte, r: int):
     return spec, (Xtr, ytr, Xte, yte)
 
 
+def _printable(params: dict) -> dict:
+    """Chosen parameters for the report: numbers and strings as they are, an estimator by its class name."""
+    return {k: (v if isinstance(v, (str, float, int)) else type(v).__name__) for k, v in params.items()}
+
+
 def _stats(values) -> dict:
     import numpy as np
 
@@ -802,8 +807,7 @@ def one_liner(a, argv) -> int:
                            **_fit_record(pe, eps, messages, seconds, pe.score(Xte, yte), trivial))
                 if line in ("search", "tuned"):
                     chosen = fitted.best_params_ if line == "search" else fitted.tuned_params_
-                    rec["best_params"] = {k: (v if isinstance(v, (str, float, int)) else type(v).__name__)
-                                          for k, v in chosen.items()}
+                    rec["best_params"] = _printable(chosen)
                 rec["more_releases"] = _more_releases(pe, Xtr, ytr, Xte, yte, a.releases)
                 report["fits"].append(rec)
                 if line != "search" and rec["useless"] and line not in useless_fit:
@@ -865,9 +869,8 @@ def one_liner(a, argv) -> int:
                                         sensitivity=float(est.sensitivity), m=int(est.plan.m), k=int(est.plan.k),
                                         pilot=None if not pe.preview_choice_ else {
                                             k: float(v["sensitivity"]) for k, v in pe.preview_choice_["previews"].items()},
-                                        tuned=None if variant != "after" else {
-                                            k: (v if isinstance(v, (str, float, int)) else type(v).__name__)
-                                            for k, v in pe.preview_tuning_["params"].items()})
+                                        tuned=None if variant != "after" else _printable(
+                                            pe.preview_tuning_["params"]))
                 report["spread"].append(row)
                 _common.say(a, f"  Δ̂ spread {name} seed {row['seed']}: before ℓ2 {row['before']['sensitivity']:.4g}, "
                                f"after {row['after']['mechanism']} {row['after']['sensitivity']:.4g} "

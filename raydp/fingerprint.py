@@ -19,6 +19,14 @@ qualified name is not enough: every lambda is ``<lambda>``, every ``functools.pa
   the Python version), so an upgrade changes the fingerprint; a module of the user's own (not the
   standard library, not an installed distribution) by the SHA-256 of its source file, so an edit of
   a helper module the target calls changes it too;
+- the modules a function imports *in its body* (``def f(d): import mylib; from . import helper``,
+  code nested in it included, and ``importlib.import_module("name")`` / ``__import__("name")`` with a
+  constant name) by the same rules as a module it reads as a global: each module the import runs
+  (``import a.b.c``: ``a``, ``a.b`` and ``a.b.c``; ``from a.b import c``: ``a``, ``a.b``, and
+  ``a.b.c`` when ``c`` is a submodule), relative imports resolved against the function's package. A
+  module not imported yet is located without importing it; one that cannot be found makes the
+  function not statically verifiable (below). A function without such imports keeps the fingerprint
+  it had before they counted;
 - a function's attributes (``f.k = 3``), what a wrapper wraps (``functools.lru_cache``,
   ``functools.wraps``), an ndarray subclass's full pickled state (a masked array's mask), and an
   object of a user's class by its own attributes (``vars``) rather than what its ``__getstate__``
@@ -30,7 +38,8 @@ version gives new fingerprints: a stored run is then refused, never wrongly acce
 
 What cannot be read — an object that refuses to be pickled (a lock, an open file, a live
 connection), a ufunc made by ``numpy.frompyfunc`` (its Python function is out of reach), a user
-module without a source file — gives ``None``: the target is then *not statically verifiable*, and
+module without a source file, a module a function imports in its body that cannot be found — gives
+``None``: the target is then *not statically verifiable*, and
 a stored Δ̂ is matched to it only after its witness pairs were replayed (see
 :func:`raydp.identity.check_reusable` and :mod:`raydp.engine.witness`). A static fingerprint of
 arbitrary Python always has holes; the replay is the check that has none for the pairs it looks at.
@@ -46,6 +55,7 @@ from __future__ import annotations
 import dis
 import functools
 import hashlib
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -71,6 +81,12 @@ _LIBRARY_ROOTS = _library_roots()
 _GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME"})
 # raydp's own objects are fixed by raydp's version, which every run identity records.
 _BY_REFERENCE_PACKAGES = ("raydp",)
+# Modules imported in a function's body count (module docstring). Internal switch, for tests: off gives
+# the fingerprints of before they counted (a function without inner imports has those anyway).
+_INNER_IMPORTS = True
+_SKIPPED_OPS = frozenset({"EXTENDED_ARG", "NOP", "CACHE"})
+_CONST_OPS = frozenset({"LOAD_CONST", "LOAD_SMALL_INT"})
+_DYNAMIC_IMPORTS = frozenset({"import_module", "__import__"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -254,13 +270,7 @@ class _Hasher:
         if _is_library_module(name):
             self.tag("module", name, library_version(name))
             return
-        path = getattr(module, "__file__", None)
-        try:
-            with open(path, "rb") as f:  # the user's own module: what it computes is its source
-                source = f.read()
-        except (OSError, TypeError):
-            raise Unfingerprintable(f"module {name} has no source file to read") from None
-        self.tag("module-source", name, hashlib.sha256(source).hexdigest())
+        self.tag(*_module_source(name, getattr(module, "__file__", None)))
 
     def _function(self, fn: types.FunctionType) -> None:
         ref = _importable_as(fn)
@@ -286,6 +296,12 @@ class _Hasher:
             if name in g:
                 self.tag("global", name)
                 self.feed(g[name])
+        # The modules its body imports: ``import mylib`` inside the function reads mylib as surely as a
+        # global would. Tagged by name, not fed (no memo entry): a module imported in one process and
+        # not yet in another gives the same tags, and the back-references after it the same numbers.
+        if _INNER_IMPORTS:
+            for module in _modules_imported(fn):
+                self.tag("import", *_module_tags(module))
 
     def _class(self, cls: type) -> None:
         ref = _importable_as(cls)
@@ -356,6 +372,141 @@ def _unwrap_member(value):
     if isinstance(value, property):
         return ("property", value.fget, value.fset, value.fdel)
     return value
+
+
+def _module_source(name: str, path) -> tuple:
+    """The tags of a user's own module: its name and the SHA-256 of its source file."""
+    try:
+        with open(path, "rb") as f:  # the user's own module: what it computes is its source
+            source = f.read()
+    except (OSError, TypeError):
+        raise Unfingerprintable(f"module {name} has no source file to read") from None
+    return ("module-source", name, hashlib.sha256(source).hexdigest())
+
+
+def _find_spec(name: str):
+    """The spec of a module not imported yet, found without importing it (nor its parents: their search
+    path comes from their own spec), or None when it cannot be found."""
+    parent, _, _ = name.rpartition(".")
+    path = None
+    if parent:
+        loaded = sys.modules.get(parent)
+        if loaded is not None:
+            path = getattr(loaded, "__path__", None)
+        else:
+            spec = _find_spec(parent)
+            path = None if spec is None else spec.submodule_search_locations
+        if path is None:  # the parent is not a package (or cannot be found): no submodule of it
+            return None
+        path = list(path)
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, path, None)
+        except Exception as exc:
+            raise Unfingerprintable(f"looking for module {name} raised {type(exc).__name__}") from None
+        if spec is not None:
+            return spec
+    return None
+
+
+def _is_submodule(name: str) -> bool:
+    return name in sys.modules or _find_spec(name) is not None
+
+
+def _module_tags(name: str) -> tuple:
+    """What fixes module ``name``'s code, as :meth:`_Hasher._module` tags it (a library by its
+    distribution's version, a user's module by its source), the same whether it is imported yet or not."""
+    module = sys.modules.get(name)
+    if module is not None:
+        if _is_library_module(name):
+            return ("module", name, library_version(name))
+        return _module_source(name, getattr(module, "__file__", None))
+    spec = _find_spec(name)
+    if spec is None:
+        raise Unfingerprintable(f"module {name}, imported in a function's body, cannot be found")
+    origin = spec.origin if spec.has_location else None
+    # as _is_library_module for the module once imported: builtin, frozen, namespace packages (no file)
+    # and modules under the library roots are named by their library
+    if (name.split(".")[0] in _BY_REFERENCE_PACKAGES or name in sys.builtin_module_names or origin is None
+            or os.path.realpath(origin).startswith(_LIBRARY_ROOTS)):
+        return ("module", name, library_version(name))
+    return _module_source(name, origin)
+
+
+def _package_of(fn: types.FunctionType) -> str | None:
+    """The package a relative import in ``fn`` is resolved against, as the interpreter finds it."""
+    g = fn.__globals__
+    package = g.get("__package__")
+    if package is None:
+        spec = g.get("__spec__")
+        if spec is not None:
+            package = spec.parent
+        else:
+            name = g.get("__name__", fn.__module__)
+            if not isinstance(name, str):
+                return None
+            package = name if "__path__" in g else name.rpartition(".")[0]
+    return package if isinstance(package, str) else None
+
+
+def _resolve(name: str, level: int, fn: types.FunctionType) -> str:
+    if not level:
+        return name
+    package = _package_of(fn)
+    bits = package.rsplit(".", level - 1) if package else []
+    if len(bits) < level:
+        raise Unfingerprintable(f"a relative import in {fn.__qualname__} goes beyond its package "
+                                f"({package or 'none'})")
+    return f"{bits[0]}.{name}" if name else bits[0]
+
+
+def _imports_in(code: types.CodeType) -> list[tuple[int, str, tuple]]:
+    """``(level, name, fromlist)`` of each import in ``code`` and code nested in it: the import statements
+    (IMPORT_NAME, whose level and fromlist the two constants before it give; IMPORT_FROM names are that
+    fromlist) and ``import_module("name")`` / ``__import__("name")`` calls with a constant name."""
+    found = []
+    ops = [ins for ins in dis.get_instructions(code) if ins.opname not in _SKIPPED_OPS]
+    for i, ins in enumerate(ops):
+        if ins.opname == "IMPORT_NAME":
+            before = ops[max(0, i - 2):i]
+            if len(before) != 2 or any(b.opname not in _CONST_OPS for b in before):
+                raise Unfingerprintable(f"an import of {ins.argval} in {code.co_name} cannot be read")
+            level, fromlist = before[0].argval, before[1].argval
+            found.append((int(level), ins.argval, tuple(fromlist or ())))
+        elif (ins.argval in _DYNAMIC_IMPORTS and ins.opname.startswith("LOAD_") and ins.opname not in _CONST_OPS
+              and i + 1 < len(ops) and ops[i + 1].opname == "LOAD_CONST" and isinstance(ops[i + 1].argval, str)):
+            name, package = ops[i + 1].argval, None
+            if i + 2 < len(ops) and ops[i + 2].opname == "LOAD_CONST" and isinstance(ops[i + 2].argval, str):
+                package = ops[i + 2].argval  # import_module(".x", "pkg")
+            if name.startswith("."):
+                if ins.argval != "import_module" or not package:
+                    continue  # an error when called: nothing is imported
+                try:
+                    name = importlib.util.resolve_name(name, package)
+                except (ImportError, ValueError):
+                    continue  # beyond the top-level package: an error when called
+            if name:
+                found.append((0, name, ()))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found += _imports_in(const)
+    return found
+
+
+def _modules_imported(fn: types.FunctionType) -> list[str]:
+    """The modules the body of ``fn`` imports (each module an import runs), sorted; [] without imports."""
+    names = set()
+    for level, name, fromlist in _imports_in(fn.__code__):
+        module = _resolve(name, level, fn)
+        parts = module.split(".")
+        names.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+        for item in fromlist:
+            if item != "*" and _is_submodule(f"{module}.{item}"):
+                names.add(f"{module}.{item}")
+    return sorted(names)
 
 
 def content_digest(obj) -> str | None:

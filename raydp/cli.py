@@ -238,19 +238,44 @@ def cmd_show(a) -> int:
     return 0
 
 
+def _read_npy(path: str):
+    """A .npy file's array; its header's shape and dtype are checked against the file's size first, so a
+    header that claims terabytes is refused before numpy allocates them."""
+    import numpy as np
+    from numpy.lib import format as npformat
+
+    from .tables import open_regular
+
+    with open_regular(path, InvalidArgumentError, f"--data {path!r}") as fh:
+        version = npformat.read_magic(fh)
+        readers = {(1, 0): npformat.read_array_header_1_0, (2, 0): npformat.read_array_header_2_0}
+        if version in readers:
+            shape, _, dtype = readers[version](fh)
+        elif hasattr(npformat, "_read_array_header"):  # 3.0 (a UTF-8 header): no public reader for it
+            shape, _, dtype = npformat._read_array_header(fh, version)
+        else:
+            raise InvalidArgumentError(f"--data {path!r}: .npy format version {version} is not supported here")
+        if dtype.hasobject:
+            raise InvalidArgumentError(f"--data {path!r} holds Python objects; only numeric arrays are read")
+        if math.prod(shape) * dtype.itemsize > os.fstat(fh.fileno()).st_size - fh.tell():
+            raise InvalidArgumentError(f"--data {path!r}: its header's shape and dtype need more bytes than "
+                                       "the file holds (refused before allocating them)")
+        fh.seek(0)
+        return np.load(fh, allow_pickle=False)
+
+
 def _read_data(path: str, *, schema_only: bool = False):
     """The private data: .npy, or a Parquet/CSV file (numeric columns; errors never quote a row).
 
     ``schema_only`` (with a ledger): a Parquet/CSV file is opened as a :class:`~raydp.tables.PrivateTable`
     whose values the release reads inside its charge, so nothing about them is answered before it.
     A .npy file's dtype and shape are its header, read by ``np.load`` (no value is checked).
+    Only a regular file is opened (a FIFO, a device, a directory are refused from their ``stat``).
     """
-    import numpy as np
-
     from .tables import PrivateTable
 
     if path.endswith(".npy"):
-        return np.load(path, allow_pickle=False)
+        return _read_npy(path)
     table = PrivateTable(path, error=InvalidArgumentError, what="--data")
     return table if schema_only else table.load()
 
@@ -259,6 +284,8 @@ def cmd_release(a) -> int:
     from .release import sample_then_respond
     from .sampler import load_estimate
 
+    if a.respond_after is not None and not (math.isfinite(a.respond_after) and a.respond_after > 0):
+        raise InvalidArgumentError(f"--respond-after must be a finite number of seconds > 0, got {a.respond_after:g}")
     ledger = None
     if a.ledger is not None:
         from .ledger import Ledger
@@ -276,15 +303,26 @@ def cmd_release(a) -> int:
     est = load_estimate(a.store, oracle=oracle)
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
+    from .tables import check_regular
+
+    try:  # a FIFO, a device, a socket or a directory: refused from its stat, never opened (a FIFO would hang)
+        check_regular(a.data, InvalidArgumentError, f"--data: cannot read {a.data!r}: it")
+    except FileNotFoundError:
+        if a.data.endswith(".npy"):
+            raise InvalidArgumentError(f"--data: no such file {a.data!r}") from None
+        # a Parquet/CSV path: PrivateTable says so, as it always did
+    except OSError as exc:
+        raise InvalidArgumentError(f"--data: cannot read {a.data!r} ({exc.strerror or type(exc).__name__})") from None
     try:
         data = _read_data(a.data, schema_only=ledger is not None)
     except FileNotFoundError:
         raise InvalidArgumentError(f"--data: no such file {a.data!r}") from None
-    except (OSError, ValueError, EOFError) as exc:  # a directory, unreadable, not a .npy array
+    except (OSError, ValueError, EOFError, MemoryError) as exc:  # unreadable, not a .npy array, too large
         why = exc if isinstance(exc, (OSError, RaydpError)) else type(exc).__name__  # numpy's text may quote data
         raise InvalidArgumentError(f"--data: cannot read {a.data!r} as .npy, .parquet or .csv ({why})") from None
+    more = {} if a.respond_after is None else {"respond_after": a.respond_after}  # given: the library's keyword
     r = sample_then_respond(data, target, mech, estimate=est, gamma=a.gamma, ledger=ledger, ledger_label=a.label,
-                            replay=a.replay)
+                            replay=a.replay, **more)
     value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
     out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
            "sensitivity": r.sensitivity, "mechanism": r.mechanism,
@@ -393,6 +431,9 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--delta-total", "--budget-delta", dest="delta_total", type=float,
                    help="check the ledger's total δ (fixed by `raydp ledger create`)")
     r.add_argument("--label", help="a note stored with the ledger entry (never private data)")
+    r.add_argument("--respond-after", type=float, metavar="SECONDS",
+                   help="answer (or fail) exactly SECONDS after the private data was sent, whatever the target's "
+                        "time (a number > 0); a target still running then is stopped and the release fails")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_release)
 
@@ -414,6 +455,18 @@ def make_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has left: polled, so nothing is written."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # POLLERR and POLLHUP are always reported
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (not POSIX) or no descriptor: take it as gone
+        return True
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["cluster"]:  # its own command line (raydp.local_cluster), passed through whole
@@ -423,7 +476,20 @@ def main(argv=None) -> int:
     parser = make_parser()
     try:
         args = parser.parse_args(argv)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader that left is a BrokenPipeError below, not a traceback
+        return code
+    except BrokenPipeError as exc:  # before OSError, its base class
+        if not _stdout_gone():  # another pipe than stdout broke: an error like any other
+            print(f"raydp: error: {exc.strerror or type(exc).__name__}", file=sys.stderr)
+            return 2
+        # e.g. `raydp show ... | head`: the reader left, nothing to report; stdout points at /dev/null so
+        # that the flush at exit finds no pipe either
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141  # 128 + SIGPIPE, as a Unix tool killed by it ends
     except (RaydpError, ValueError) as exc:
         print(f"raydp: error: {exc}".splitlines()[0], file=sys.stderr)
         return 2
@@ -434,12 +500,6 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("raydp: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `raydp show ... | head`: the reader left, nothing to report
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
-        return 141
 
 
 if __name__ == "__main__":

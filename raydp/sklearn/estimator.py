@@ -626,7 +626,7 @@ class PrivateEstimator(BaseEstimator):
     def statement(self) -> str:
         """The release's (ε, δ, γ) statement, which mechanism was chosen and why, and which pipeline steps were
         fitted on public records."""
-        check_is_fitted(self)
+        check_is_fitted(self, ("estimator_", "release_"))  # not preview_estimate_, set by preview()
         text = self.release_.statement()
         choice = getattr(self, "mechanism_choice_", None)
         if choice and not choice["previews"]:  # nothing to choose on (an unsupervised model)
@@ -801,7 +801,8 @@ class PrivateEstimator(BaseEstimator):
 
     # ---- predictions: the released model only -------------------------------------------
     def _X(self, X) -> np.ndarray:
-        check_is_fitted(self)
+        # the released model's attributes, not any "_" one: preview() sets preview_estimate_ before any fit
+        check_is_fitted(self, ("estimator_", "release_"))
         arr, names = as_matrix(X, "X", min_rows=1)
         if arr.shape[1] != self.n_features_in_:
             raise InvalidArgumentError(f"X has {arr.shape[1]} features, the model was fitted with {self.n_features_in_}")

@@ -98,8 +98,11 @@ class SamplerOptions:
         Continue or extend the run the store holds.
     strict : bool
         Stop at the first failing pair instead of counting it as G = +∞.
-    keep_sample : bool
-        Keep all m G values in the estimate (to re-derive Δ̂ for a smaller γ without a store).
+    keep_sample : bool or None
+        Keep all m G values in the estimate: a reuse then replays pairs drawn at random from all of them
+        (:mod:`raydp.engine.witness`), and Δ̂ can be re-derived for a smaller γ without a store. None (the
+        default): kept when they take at most ``SAMPLE_MAX_BYTES`` (1 GiB, 8 bytes a pair) and fit in this
+        machine's memory beside the rest; ``False``: never (a reuse replays the few fixed witness pairs).
     progress : bool
         Show progress (a bar on a terminal or in a notebook, a line every 30 s elsewhere).
     pair_timeout : float or None
@@ -131,7 +134,7 @@ class SamplerOptions:
         "--store", "store URI: local path or pyarrow filesystem URI (s3://...)", str))
     resume: bool = field(default=False, metadata=_flag("--resume", "continue the run stored at --store"))
     strict: bool = field(default=False, metadata=_flag("--strict", "stop on the first failing pair"))
-    keep_sample: bool = field(default=False, metadata=_no_flag(
+    keep_sample: bool | None = field(default=None, metadata=_no_flag(
         "the command line prints Δ̂ only; a run whose whole G sample is wanted writes it to --store"))
     progress: bool = field(default=True, metadata=_flag("--quiet", "no progress display", dest="quiet"))
     pair_timeout: float | None = field(default=None, metadata=_flag(
@@ -155,8 +158,14 @@ class SamplerOptions:
             raise InvalidTypeError(f"store must be a path, a URI or a raydp Store, got {type(self.store).__name__}")
         if isinstance(self.store, os.PathLike):
             object.__setattr__(self, "store", os.fspath(self.store))
-        for name in ("resume", "strict", "keep_sample", "progress", "replay"):
+        for name in ("resume", "strict", "progress", "replay"):
             object.__setattr__(self, name, check_bool(getattr(self, name), name))
+        if self.keep_sample is not None:
+            try:
+                object.__setattr__(self, "keep_sample", check_bool(self.keep_sample, "keep_sample"))
+            except InvalidTypeError:
+                raise InvalidTypeError(f"keep_sample must be True or False (or None: kept when it fits), got "
+                                       f"{self.keep_sample!r}") from None
         object.__setattr__(self, "pair_timeout", check_timeout("pair_timeout", self.pair_timeout))
         object.__setattr__(self, "time_budget", check_timeout("time_budget", self.time_budget))
         if self.resume and self.store is None:

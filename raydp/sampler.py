@@ -33,7 +33,7 @@ from .engine.protocol import Backend
 from .engine.reduce import Reducer
 from .engine.witness import Replay, Witnesses, compare, pick, records_of, seeded_pairs, trimmed
 from .errors import InvalidArgumentError, PlanError, StoreError
-from .estimate import SensitivityEstimate
+from .estimate import SensitivityEstimate, drawing_job
 from .identity import RunIdentity, check_reusable, describe
 from .mechanisms.base import check_mechanism
 from .options import SamplerOptions
@@ -91,12 +91,13 @@ class Run:
     store: Store | None
     options: SamplerOptions
     sizing: dict | None = None  # how a time budget chose m (None: the plan as asked)
+    keep_sample: bool = False  # the whole G sample is kept in the estimate (options.keep_sample, resolved)
 
     @property
     def compact(self) -> int | None:
         """Blocks that only feed Δ̂ are cut to their m − k + 1 largest G where they are computed; a
         store or the full sample needs every value."""
-        return None if (self.options.keep_sample or self.store is not None) else self.plan.keep
+        return None if (self.keep_sample or self.store is not None) else self.plan.keep
 
 
 def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: SamplerOptions,
@@ -154,9 +155,12 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
     job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=plan.m, seed=seed,
                   block_size=block_size, out_dim=out_dim, strict=options.strict, pair_timeout=options.pair_timeout,
                   setup_key=key, probe_seconds=probe_seconds, witness_pairs=seeded_pairs(seed, plan.m))
-    check_fits(plan, job.layout, keep_sample=options.keep_sample)
+    keep_sample = options.keep_sample
+    if keep_sample is None:  # by default, whenever the sample is small enough to hold beside the rest
+        keep_sample = 8 * plan.m <= SAMPLE_MAX_BYTES and _fits(plan, job.layout, keep_sample=True)
+    check_fits(plan, job.layout, keep_sample=keep_sample)
     return Run(job=job, plan=plan, identity=identity, backend=backend, store=store, options=options,
-               sizing=sizing)
+               sizing=sizing, keep_sample=keep_sample)
 
 
 def _budget_slots(backend: Backend, budget: float) -> tuple[int, float, str]:
@@ -230,8 +234,9 @@ def execute(run: Run) -> SensitivityEstimate:
     """Carry out a resolved run: stored blocks from the store, the rest on the backend, all through one reducer."""
     t0 = time.perf_counter()
     job, plan, store = run.job, run.plan, run.store
-    reducer = Reducer(job.layout, plan.keep, keep_sample=run.options.keep_sample, witness_pairs=job.witness_pairs)
+    reducer = Reducer(job.layout, plan.keep, keep_sample=run.keep_sample, witness_pairs=job.witness_pairs)
     sink = None
+    work = [0.0, 0]  # seconds the blocks computed here took (each in one process), and how many
     replayed = None
     if store is not None:
         store.begin(run.identity, plan, resume=run.options.resume)
@@ -252,6 +257,8 @@ def execute(run: Run) -> SensitivityEstimate:
             sink.write(result)
         reducer.add(result)
         bar.update(result.pairs)
+        work[0] += result.seconds
+        work[1] += 1
 
     try:
         # AutoBackend may run the first block(s) here to time them; any backend says what runs the rest.
@@ -269,12 +276,16 @@ def execute(run: Run) -> SensitivityEstimate:
     witnesses = _witnesses(reducer)
     if len(witnesses):
         witnesses = trimmed(witnesses, records_of(job, witnesses.pairs))
+    seconds = time.perf_counter() - t0
+    block_seconds = work[0] / work[1] if work[1] and work[0] > 0 else None
     if store is not None:
         store.finish(run.identity, plan, {"sensitivity": sensitivity if np.isfinite(sensitivity) else "inf",
                                           "failures": reducer.failures, "failure_kinds": reducer.failure_kinds,
-                                          "plan": plan.to_dict()}, witnesses=witnesses)
-    return _estimate(run.identity, plan, reducer, sensitivity, seconds=time.perf_counter() - t0, backend=chosen,
-                     witnesses=witnesses, replay=replayed, sizing=run.sizing)
+                                          "plan": plan.to_dict(), "seconds": seconds,
+                                          "block_seconds": block_seconds}, witnesses=witnesses)
+    return _estimate(run.identity, plan, reducer, sensitivity, seconds=seconds, backend=chosen,
+                     witnesses=witnesses, replay=replayed, sizing=run.sizing, block_seconds=block_seconds,
+                     redraw=drawing_job(job.oracle, run.identity, plan.m))
 
 
 def _witnesses(reducer: Reducer) -> Witnesses:
@@ -310,6 +321,25 @@ def _replay_stored(run: Run, reducer: Reducer) -> Replay:
     return result
 
 
+#: The most memory the whole G sample takes when ``keep_sample`` is left to its default (None): 8 bytes a
+#: pair, so runs of up to 2**27 pairs keep it (a reuse then replays pairs drawn from all of them).
+SAMPLE_MAX_BYTES = 1 << 30
+
+
+def _need_have(p: Plan, layout: BlockLayout, keep_sample: bool) -> tuple[int, int]:
+    need = 24 * p.keep + 48 * layout.count + (8 * p.m if keep_sample else 0)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        have = 16 << 30
+    return need, have
+
+
+def _fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> bool:
+    need, have = _need_have(p, layout, keep_sample)
+    return need <= have // 2
+
+
 def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
     """Refuse, before anything is written, a run whose bookkeeping cannot fit in this driver's memory.
 
@@ -317,11 +347,7 @@ def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
     dozen bytes per block (which blocks are done, the engine's task groups), and 8 bytes per pair
     when the whole sample is kept. More than half of this machine's memory is refused.
     """
-    need = 24 * p.keep + 48 * layout.count + (8 * p.m if keep_sample else 0)
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        have = 16 << 30
+    need, have = _need_have(p, layout, keep_sample)
     if need > have // 2:
         raise PlanError(
             f"this run cannot fit: m={p.m:,} pairs with k={p.k:,} in {layout.count:,} blocks needs about "
@@ -333,22 +359,24 @@ def check_fits(p: Plan, layout: BlockLayout, *, keep_sample: bool) -> None:
 
 def _estimate(identity: RunIdentity, p: Plan, reducer: Reducer, sensitivity: float, *,
               seconds: float, backend: str | None = None, witnesses: Witnesses | None = None,
-              replay: Replay | None = None, sizing: dict | None = None) -> SensitivityEstimate:
+              replay: Replay | None = None, sizing: dict | None = None, block_seconds: float | None = None,
+              redraw=None) -> SensitivityEstimate:
     """The one place an estimate is made from a finished reduction."""
     return SensitivityEstimate(sensitivity=sensitivity, plan=p, identity=identity, failures=reducer.failures,
                                failure_kinds=reducer.failure_kinds, top=reducer.top.sorted_desc(),
                                sample=reducer.sample, seconds=seconds, backend=backend, witnesses=witnesses,
-                               replay=replay, sizing=sizing)
+                               replay=replay, sizing=sizing, block_seconds=block_seconds, redraw=redraw)
 
 
 def load_estimate(store, *, gamma: float | None = None, oracle=None) -> SensitivityEstimate:
     """The estimate held in a store (with its full G sample); ``gamma`` re-derives Δ̂ for another γ (mode k).
 
     ``store`` is a path, a URI or a :class:`~raydp.store.Store`. The store must hold a complete run.
-    Its witness pairs (replayed whenever the estimate is reused) come with their oracle records from
-    the store. A store written before raydp kept them has none: its witnesses are read off its shards
-    and their records drawn by ``oracle`` (which must be the oracle the store names; a built-in oracle
-    is rebuilt from its description without it).
+    A reuse replays pairs drawn at random from all its G (:mod:`raydp.engine.witness`), their records
+    drawn by ``oracle`` — which must be the oracle the store names; a built-in oracle is rebuilt from its
+    description without it. Without either, a reuse replays the run's fixed witness pairs, whose oracle
+    records come from the store (a store written before raydp kept them has none: its witnesses are read
+    off its shards, and their records need the oracle too).
     """
     st = Store.open(store)
     identity, p = st.load()
@@ -360,32 +388,47 @@ def load_estimate(store, *, gamma: float | None = None, oracle=None) -> Sensitiv
         raise StoreError(f"store {st.display!r} is incomplete: {reducer.done} of {reducer.layout.count} blocks "
                          "verified; finish it with resume=True (raydp estimate ... --store URI --resume)")
     reducer.finish()
+    redraw = _stored_oracle_job(identity, p, oracle, st)
     witnesses = st.witnesses(identity, reducer.sample)
     if witnesses is None:  # written before witnesses were kept: read them off the sample
         witnesses = _witnesses(reducer)
-        witnesses = _draw_witness_records(witnesses, identity, p, oracle, st)
-    est = _estimate(identity, p, reducer, reducer.order_statistic(), seconds=0.0, witnesses=witnesses)
+        if redraw is not None:
+            witnesses = trimmed(witnesses, records_of(redraw, witnesses.pairs))
+    seconds, block_seconds = _stored_seconds(st)
+    est = _estimate(identity, p, reducer, reducer.order_statistic(), seconds=seconds, witnesses=witnesses,
+                    block_seconds=block_seconds, redraw=redraw)
     return est.for_gamma(gamma) if gamma is not None else est
 
 
-def _draw_witness_records(witnesses: Witnesses, identity: RunIdentity, p: Plan, oracle, st: Store) -> Witnesses:
-    """Records for witnesses read off an old store's shards, drawn by its oracle (given, or a built-in
-    rebuilt from the stored description); without either, the witnesses stay without records and a
-    reuse asks for the oracle."""
+def _stored_seconds(st: Store) -> tuple[float, float | None]:
+    """The sampling time a store's run recorded (``result.json``; 0 and None when it recorded none): what
+    prices the pairs a reuse replays."""
+    try:
+        result = st.read_json("result.json")
+        seconds = float(result.get("seconds") or 0.0)
+        block = result.get("block_seconds")
+        block = None if block is None else float(block)
+    except Exception:  # noqa: BLE001 - a store of an earlier raydp, or no result: the fewest replayed pairs
+        return 0.0, None
+    ok = lambda x: x is not None and math.isfinite(x) and x > 0  # noqa: E731
+    return (seconds if ok(seconds) else 0.0), (block if ok(block) else None)
+
+
+def _stored_oracle_job(identity: RunIdentity, p: Plan, oracle, st: Store):
+    """What draws a stored run's records: ``oracle`` (given: it must be the one the store names), or a
+    built-in oracle rebuilt from the stored description; None without either."""
     from .oracles import as_oracle, rebuild
 
     if oracle is None:
         oracle = rebuild(identity.oracle)
         if oracle is None:
-            return witnesses
+            return None
     else:
         oracle = as_oracle(oracle)
         if describe(oracle) != identity.oracle:
             from .identity import difference
 
             raise StoreError(f"store {st.display!r} was sampled from oracle "
-                             f"{difference(identity.oracle, describe(oracle))}; its witness pairs cannot be drawn "
+                             f"{difference(identity.oracle, describe(oracle))}; its pairs cannot be drawn "
                              "from another oracle")
-    job = PairJob(target=None, oracle=oracle, mechanism=None, n=identity.n, m=p.m, seed=identity.seed,
-                  block_size=identity.block_size, out_dim=identity.output_dim)
-    return trimmed(witnesses, records_of(job, witnesses.pairs))
+    return drawing_job(oracle, identity, p.m)

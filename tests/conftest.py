@@ -123,8 +123,11 @@ _LAUNCH_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.fork", "os.fork
 _GUARD = pytest.StashKey["_UnitTierGuard"]()
 # Helpers started once per process and then reused, which only the first test to need one would be blamed
 # for: joblib's count of physical cores, platform's processor name, and the template that raydp forks every
-# release's sealed evaluation from (raydp/seal.py) — how a release works, not a job the test starts.
-_ONCE_PER_PROCESS = ("lscpu", "uname", "from raydp.seal import _template_main")
+# release's sealed evaluation from (raydp/seal.py), its one probe of bubblewrap and ctypes' search for
+# libseccomp (ldconfig) — how a release works,
+# not a job the test starts.
+_ONCE_PER_PROCESS = ("lscpu", "uname", "ldconfig", "from raydp.seal import _template_main",
+                     "RAYDP_PROBE raydp-sandbox-probe")
 # fixtures that start something out of process: a test that asks for one is marked for it
 _FIXTURE_MARKS = {"ray_session": "ray", "s3_server": "subprocess"}
 
@@ -157,7 +160,10 @@ def _once_per_process(what: str) -> bool:
 def _argv(args) -> str:
     if isinstance(args, (str, bytes, os.PathLike)):
         args = [args]
-    text = " ".join(os.fsdecode(a) for a in args)
+    return " ".join(os.fsdecode(a) for a in args)  # whole: the once-per-process test reads all of it
+
+
+def _short(text: str) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
@@ -219,7 +225,7 @@ class _UnitTierGuard:
             if _once_per_process(what):
                 continue
             marker = "ray" if self.ray_dir and self.ray_dir in what else "subprocess"
-            found.append(f"it started {what}: mark the test {marker}")
+            found.append(f"it started {_short(what)}: mark the test {marker}")
         now = _children()
         if now - self.known and not launched:  # a child that no launch above explains (C code, a fork server)
             found.append(f"child processes {sorted(now - self.known)} appeared: mark the test subprocess")

@@ -53,8 +53,13 @@ def test_an_estimate_carries_its_witnesses_with_their_records():
 def test_the_same_target_replays_bit_for_bit_and_the_statement_says_so():
     est = _estimate(targets.mean())
     r = _release(targets.mean(), est)
-    assert r.replay.ok and r.replay.pairs == len(est.witnesses) and r.replay.exact == r.replay.pairs
-    assert f"its {r.replay.pairs} witness pairs gave the same G with this target, bit for bit" in r.statement()
+    # r = 30 pairs drawn at random from all m (a cheap run affords no more than the floor), and the Δ̂ pair
+    assert r.replay.ok and r.replay.fresh and r.replay.drawn == 30 and r.replay.m == est.plan.m
+    assert r.replay.pairs in (30, 31) and r.replay.exact == r.replay.pairs
+    delta = "the pair that set Δ̂ among them" if r.replay.pairs == 30 else "and the pair that set Δ̂"
+    assert (f"Δ̂ reused after {r.replay.pairs} of its pairs gave the same G with this target, bit for bit: 30 drawn "
+            f"at random at this release from all {est.plan.m} pairs of its run, {delta}") in r.statement()
+    assert "caught with probability ≥ 0.957" in r.statement()
 
 
 def test_replay_off_is_reported_in_the_statement():
@@ -77,9 +82,11 @@ def test_compare_allows_last_bit_differences_and_nothing_more():
 # ----------------------------------------------------------------------------- the issue's cases
 
 
-def test_state_the_fingerprint_cannot_see_is_caught_by_replay(tmp_path):
+def test_state_the_fingerprint_cannot_see_is_caught_by_replay(tmp_path, monkeypatch):
     """A target reading a scale from a file: its code, constants and globals are the same after the file
     changed, so its fingerprint is too; its witness pairs are not."""
+    # the sandbox's /tmp is its own: a directory on sys.path is shown to it, read-only
+    monkeypatch.syspath_prepend(str(tmp_path))
     scale = tmp_path / "scale.txt"
     scale.write_text("1")
 
@@ -307,7 +314,8 @@ def test_a_stored_estimate_carries_the_same_witnesses_and_replays(tmp_path):
     loaded = raydp.load_estimate(uri)
     assert loaded.witnesses.pairs == est.witnesses.pairs and loaded.witnesses.g == est.witnesses.g
     np.testing.assert_array_equal(loaded.witnesses.records, est.witnesses.records)
-    assert _release(targets.mean(), loaded, gamma=0.1).replay.exact == len(est.witnesses)
+    replayed = _release(targets.mean(), loaded, gamma=0.1).replay
+    assert replayed.fresh and replayed.drawn == 30 and replayed.exact == replayed.pairs
 
 
 def test_a_store_written_before_witnesses_were_kept_gets_them_from_its_shards(tmp_path):

@@ -42,7 +42,7 @@ timeout). The witnesses' records are drawn from the oracle once, when the estima
 (:func:`records_of`), and travel with it (a store keeps them in ``witnesses.npz``).
 
 **Tolerance** (:func:`compare`). A replayed G is accepted when it equals the stored one bit for bit, or
-differs by at most :data:`TOLERANCE` · max(Δ̂, |G then|). That cannot matter to privacy: the noise
+differs by at most :data:`TOLERANCE` · max(Δ̂, abs(G then)). That cannot matter to privacy: the noise
 scale is proportional to Δ̂, and a target whose G all moved by that little has a Δ̂ within a factor
 1 ± 1e-6 of the stored one — a release that is as private as one at ε·(1 + 1e-6) instead of ε. It is
 far above the last-bit differences of floating point that a machine's configuration makes: a ridge
@@ -67,7 +67,7 @@ __all__ = ["Witnesses", "Replay", "ReplayPlan", "TOLERANCE", "RTOL", "SEEDED", "
 # Spawn key of the stream that picks the seeded witnesses; no block (and not the probe) has it.
 WITNESS_KEY = 2**64 - 2
 SEEDED = 3
-#: Relative tolerance of a replayed G: |G now − G then| ≤ TOLERANCE · max(Δ̂, |G then|) (module docstring).
+#: Relative tolerance of a replayed G: abs(G now − G then) ≤ TOLERANCE · max(Δ̂, abs(G then)) (module docstring).
 TOLERANCE = 1e-6
 RTOL = TOLERANCE  # its earlier name
 #: Share of the estimate's own sampling time a reuse spends replaying fresh pairs (5 %).
@@ -324,7 +324,7 @@ class Replay:
     """What replaying an estimate's pairs showed.
 
     ``pairs`` replayed in all, ``exact`` of them equal bit for bit, ``max_rel`` the largest difference
-    relative to max(Δ̂, |G then|). ``fresh``: ``drawn`` (r) of them were drawn at random at this release
+    relative to max(Δ̂, abs(G then)). ``fresh``: ``drawn`` (r) of them were drawn at random at this release
     from the ``candidates`` pairs with a finite G among the run's ``m`` (and the pair that set Δ̂ added);
     else they were the fixed witnesses, and ``why_fixed`` says why. ``skipped`` says why no replay happened
     (``replay=False``), ``mismatch`` which pairs differ. ``seconds``: how long the replay took.
@@ -384,7 +384,7 @@ class Replay:
 
 def compare(w: Witnesses, now: np.ndarray, rtol: float = TOLERANCE, scale: float | None = None) -> Replay:
     """Judge ``now`` (the replayed G of each pair of ``w``, in order) against the stored G: equal, or within
-    ``rtol`` · max(``scale``, |G then|). ``scale`` is Δ̂ (default: the largest finite stored G of ``w``)."""
+    ``rtol`` · max(``scale``, abs(G then)). ``scale`` is Δ̂ (default: the largest finite stored G of ``w``)."""
     then = np.asarray(w.g[: len(now)], dtype=np.float64)
     now = np.asarray(now, dtype=np.float64)
     if scale is None or not math.isfinite(scale):

@@ -95,7 +95,10 @@ def test_setup_in_process_once_and_before_the_probe(tmp_path):
             self.w = None
 
         def setup(self):
-            (tmp_path / f"s{len(list(tmp_path.iterdir()))}").touch()
+            try:
+                (tmp_path / f"s{len(list(tmp_path.iterdir()))}").touch()
+            except OSError:  # in the release's sandbox: the caller's /tmp is not there, the files are read-only
+                pass
             self.w = 3.0
 
         def __call__(self, d):
@@ -107,9 +110,11 @@ def test_setup_in_process_once_and_before_the_probe(tmp_path):
     assert est.failures == 0 and len(list(tmp_path.iterdir())) == 1
     assert target.w is None  # the copy was set up, not the caller's object (what a cluster would be sent)
     r = raydp.sample_then_respond([1.0] * 10, target, raydp.Laplace(1.0), estimate=est)
-    # the release runs in a sealed process of its own (raydp.seal), which sets its copy up once there
-    # (setup() sees no data; the witness pairs are replayed with that copy, then the private data)
-    assert len(list(tmp_path.iterdir())) == 2 and r.value.shape == (1,) and target.w is None
+    # the release runs in the sandbox (raydp.seal), which sets its copy up there (setup() sees no data; the
+    # replayed pairs use that copy, then the private data): the value is w * mean, so setup ran there, and
+    # what it tried to write never reached the caller's files
+    sandboxed = raydp.seal.sandbox_status()[0]
+    assert len(list(tmp_path.iterdir())) == (1 if sandboxed else 2) and r.value.shape == (1,) and target.w is None
     assert r.replay.ok
 
 

@@ -60,12 +60,12 @@ import numpy as np
 
 from .errors import EstimateMismatchError, InvalidArgumentError, RaydpError, TargetError
 
-__all__ = ["Sealed", "Limits", "warm", "sandbox_status", "SandboxUnavailableWarning", "POOL_SIZE"]
+__all__ = ["Sealed", "Limits", "warm", "sandbox_status", "SandboxUnavailableWarning", "POOL_SIZE", "hide_always"]
 
 # Libraries whose modules the template imports when the caller has them loaded: a forked evaluation
 # then finds them ready instead of importing them again for every release.
-_PRELOAD = ("numpy", "scipy", "sklearn", "pandas", "opendp", "pyarrow", "joblib", "threadpoolctl",
-            "cloudpickle", "raydp")
+# (Not OpenDP: the noise is drawn in the caller, which loads it in the background: warm().)
+_PRELOAD = ("numpy", "scipy", "sklearn", "pandas", "pyarrow", "joblib", "threadpoolctl", "cloudpickle", "raydp")
 _MAX_MESSAGE = 1 << 20
 _MAX_REQUEST = 1 << 16
 POOL_SIZE = 2  # templates (sandboxes) alive at once per calling process; more callers wait
@@ -457,6 +457,22 @@ def _limits_arg(limits: Limits, capped: bool) -> str:
     return ",".join("" if v is None else str(int(v)) for v in (limits.memory, limits.cpu_seconds, nproc))
 
 
+_always_hidden: tuple[str, ...] = ()
+
+
+def hide_always(paths) -> None:
+    """Show ``paths`` empty in every sandbox this process starts from now on, on top of each evaluation's
+    own ``hide``: a process that serves releases (:mod:`raydp.serve`) hides its state directory and the
+    private data files from every target, whichever release path (a target, a scikit-learn fit) made the
+    sandbox. Templates already running are retired before their next evaluation."""
+    global _always_hidden
+    _always_hidden = tuple(sorted({*_always_hidden, *(os.path.realpath(os.fspath(p)) for p in paths)}))
+
+
+def _hidden(hide) -> tuple:
+    return tuple(hide) + tuple(p for p in _always_hidden if p not in tuple(hide))
+
+
 class _Pool:
     """The templates of this calling process: at most POOL_SIZE, each serving one evaluation at a time."""
 
@@ -471,6 +487,7 @@ class _Pool:
 
     def acquire(self, limits: Limits, hide=()) -> _Template:
         sandboxed = sandbox_status()[0]
+        hide = _hidden(hide)
         with self.cond:
             while True:
                 self.templates = [t for t in self.templates if t.alive()]
@@ -503,6 +520,7 @@ class _Pool:
 
     def warm(self, limits: Limits = DEFAULT_LIMITS, hide=()) -> None:
         sandboxed = sandbox_status()[0]
+        hide = _hidden(hide)
         with self.cond:
             self.templates = [t for t in self.templates if t.alive()]
             if not self.templates:
@@ -528,10 +546,27 @@ def _the_pool() -> _Pool:
         return _pool
 
 
+_noise_loading: threading.Thread | None = None
+
+
 def warm() -> None:
-    """Start this process's first template now (it imports in the background), so that the first
-    private evaluation does not wait for it. Cheap when one is running already."""
+    """Start this process's first template now (it imports in the background), and load OpenDP's
+    samplers here in a thread (the noise is drawn in this process), so that the first private
+    evaluation waits for neither. Cheap when both are under way or done."""
+    global _noise_loading
     _the_pool().warm()
+    with _pool_lock:
+        if _noise_loading is None:
+            from .noise import _opendp
+
+            def load():
+                try:
+                    _opendp()
+                except Exception:  # noqa: BLE001 - the release will say what is wrong
+                    pass
+
+            _noise_loading = threading.Thread(target=load, name="raydp-load-opendp", daemon=True)
+            _noise_loading.start()
 
 
 # ------------------------------------------------------------------------------------ the channel

@@ -24,7 +24,8 @@ N = 40
 # PWD is set by bubblewrap's --chdir
 ENV_ALLOWED = {"PATH", "HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "LANG", "LC_ALL",
                "LC_CTYPE", "TZ", "PYTHONHASHSEED", "PWD"}
-ENV_ALLOWED_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "NUMEXPR_", "VECLIB_", "BLIS_", "GOTO_")
+# KMP_*: set inside the sandbox by scikit-learn's and joblib's own import (KMP_DUPLICATE_LIB_OK, KMP_INIT_AT_FORK)
+ENV_ALLOWED_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "NUMEXPR_", "VECLIB_", "BLIS_", "GOTO_", "KMP_")
 
 
 def private(d) -> bool:

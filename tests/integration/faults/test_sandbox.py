@@ -252,15 +252,20 @@ def test_nothing_reaches_a_listening_socket(kind):
     with srv:
         srv.listen(8)
         release(target, estimate(target))  # the target swallows its OSError: the release succeeds
-        srv.settimeout(1.0)
-        try:
-            conn, _ = srv.accept()
-        except socket.timeout:
-            return
-        with conn:
-            conn.settimeout(1.0)
-            got = conn.recv(100)
-        pytest.fail(f"a connection from the evaluation arrived ({got!r})")
+        _nothing_arrives(srv)
+
+
+def _nothing_arrives(srv) -> None:
+    """Fails if a connection reaches the listening ``srv`` within a second."""
+    srv.settimeout(1.0)
+    try:
+        conn, _ = srv.accept()
+    except socket.timeout:
+        return
+    with conn:
+        conn.settimeout(1.0)
+        got = conn.recv(100)
+    pytest.fail(f"a connection from the evaluation arrived ({got!r})")
 
 
 def test_nothing_reaches_a_unix_socket_at_a_path_the_sandbox_shows(tmp_path, monkeypatch):
@@ -274,15 +279,7 @@ def test_nothing_reaches_a_unix_socket_at_a_path_the_sandbox_shows(tmp_path, mon
         srv.bind(path)
         srv.listen(8)
         release(target, estimate(target))
-        srv.settimeout(1.0)
-        try:
-            conn, _ = srv.accept()
-        except socket.timeout:
-            return
-        with conn:
-            conn.settimeout(1.0)
-            got = conn.recv(100)
-        pytest.fail(f"a connection from the evaluation arrived ({got!r})")
+        _nothing_arrives(srv)
 
 
 # ---------------------------------------------------------------------------------- 6, 10. child processes

@@ -452,7 +452,15 @@ def make_parser() -> argparse.ArgumentParser:
     ls.add_argument("path", help="ledger file (path or file:// URI)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_ledger_show)
+    _add_service_commands(sub)
     return ap
+
+
+def _add_service_commands(sub) -> None:
+    """``raydp serve``, ``raydp admin ...`` and ``raydp remote ...`` (:mod:`raydp.serve.commands`)."""
+    from .serve.commands import add_commands
+
+    add_commands(sub, _Parser)
 
 
 def _stdout_gone() -> bool:

@@ -349,9 +349,9 @@ class _Template:
             here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         try:
-            self.proc = subprocess.Popen(argv, pass_fds=tuple(keep), stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         start_new_session=True, env=env)
+            self.proc = _popen(argv, pass_fds=tuple(keep), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True, env=env)
         finally:
             theirs.close()
             for fd in keep[1:]:
@@ -450,6 +450,27 @@ class _Template:
                 self.proc.wait()
             if self.cap is not None:
                 self.cap.remove()
+
+
+_spawner = None
+_spawner_pid = None
+_spawner_lock = threading.Lock()
+
+
+def _popen(argv, **keywords) -> subprocess.Popen:
+    """Start a template from one long-lived thread of this process. bubblewrap's ``--die-with-parent``
+    (``PR_SET_PDEATHSIG``) follows the *thread* that started it: a template started from a thread that then
+    ends — a pool's worker, a web server's request thread — was killed with that thread, in the middle of
+    another thread's evaluation if one was using it."""
+    global _spawner, _spawner_pid
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _spawner_lock:
+        if _spawner is None or _spawner_pid != os.getpid():
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raydp-seal-start")
+            _spawner_pid = os.getpid()
+        spawner = _spawner
+    return spawner.submit(subprocess.Popen, argv, **keywords).result()
 
 
 def _limits_arg(limits: Limits, capped: bool) -> str:

@@ -30,7 +30,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("raydp.options",),
     ("raydp.sampler",),
     ("raydp.release",),
-    ("raydp.plots", "raydp.testing", "raydp.baselines", "raydp.local_cluster", "raydp.sklearn"),
+    ("raydp.plots", "raydp.testing", "raydp.baselines", "raydp.local_cluster", "raydp.sklearn", "raydp.client"),
+    ("raydp.serve",),
     ("raydp.cli",),
     ("raydp",),
 ]

@@ -183,6 +183,8 @@ EXPECT = {
     ("docs/guides/ledger.md", "raydp ledger show"): _says("refused with exit status 2", "remaining epsilon=0.4"),
     ("docs/guides/ledger.md", "except raydp.BudgetError"): _says("privacy budget exceeded"),
     ("docs/guides/quickstart.md", "on_cluster = "): _says("True local"),
+    ("README.md", "raydp remote release"): _says("(0.1, 0, 0.05)-random differential privacy", "remaining 0.4",
+                                                 "audit log intact"),
 }
 
 

@@ -78,8 +78,9 @@ REPORTS = {  # stem in jobs/results -> (title, the job that writes it)
     "sklearn_utility": ("scikit-learn models made private", "sklearn_utility.py"),
     "sklearn_one_liner": ("The scikit-learn one-liner on raw data", "sklearn_utility.py --one-liner"),
     "scale_sim_wide": ("Expensive targets on 64 slots", "scale_sim.py --wide-case"),
-    "release_cost": ("What a release costs: sealing and replay", "release_cost.py"),
+    "release_cost": ("What a release costs: the sandbox and replay", "release_cost.py"),
     "serve_throughput": ("raydp serve: releases per second", "serve_throughput.py"),
+    "sklearn_pair_speed": ("Cheaper pairs for scikit-learn models", "sklearn_pair_speed.py"),
 }
 ENGINE = "raydp/engine"   # what the reports measure; a change there can move every figure
 

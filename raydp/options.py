@@ -108,13 +108,16 @@ class SamplerOptions:
     pair_timeout : float or None
         Seconds one pair may take; a pair that overruns it counts as a failure, G = +∞.
     time_budget : float or None
-        Seconds of sampling to spend when only γ is given: the target is probed, and m is raised above
-        the fewest pairs Theorem 15 allows as far as the budget affords on the resources at hand (a
-        cluster's slots; with ``auto`` and no cluster, this machine's cores when the budget left after
-        starting Ray pays for it, else one core, and the run then stays in process), k following from
-        Theorem 15 — a smaller, steadier Δ̂ at the same γ (:func:`raydp.plan.plan_for`). Fixed from the
-        fastest of a few timed evaluations on public probe data, before any G is drawn. None (the
-        default here): the fewest pairs. ``PrivateEstimator`` spends a budget by default.
+        Seconds of sampling to spend, a cap. When only γ is given the target is probed, and m is raised
+        above the fewest pairs Theorem 15 allows as far as the budget affords on the resources at hand (a
+        cluster's slots; with ``auto`` and no cluster, this machine's idle cores on an embedded Ray when
+        what is left after starting it buys a larger plan, else one core, and the run then stays in
+        process), k following from Theorem 15 — a smaller, steadier Δ̂ at the same γ
+        (:func:`raydp.plan.plan_for`). Fixed from the fastest of a few timed evaluations on public probe
+        data (a block of pairs for a target with a block form), before any G is drawn. A plan the budget
+        cannot buy — the fewest pairs γ allows, or the m given — is refused before any pair is sampled
+        (:class:`raydp.sampler.TimeBudgetError`, saying what would fit). None (the default here): the
+        plan asked for, whatever it takes. ``PrivateEstimator`` spends a budget by default.
     replay : bool
         Before stored G values are reused (a store's resume, an ``estimate=``, a stored Δ̂ released),
         recompute the estimate's witness pairs with the target as it is now and refuse when a G
@@ -141,9 +144,10 @@ class SamplerOptions:
         "--pair-timeout", "a pair whose evaluation takes longer counts as a failure (G = +inf)", float,
         metavar="SECONDS"))
     time_budget: float | None = field(default=None, metadata=_flag(
-        "--time-budget", "with --gamma alone: seconds of sampling to spend; m is raised above the fewest pairs "
-                         "Theorem 15 allows as far as the budget affords (probed before any G is drawn), for a "
-                         "smaller, steadier Δ̂ at the same γ (default: the fewest pairs)", float, metavar="SECONDS"))
+        "--time-budget", "seconds of sampling to spend, a cap: with --gamma alone m is raised above the fewest "
+                         "pairs Theorem 15 allows as far as the budget affords (probed before any G is drawn), for a "
+                         "smaller, steadier Δ̂ at the same γ; a plan it cannot buy is refused before sampling "
+                         "(default: the plan asked for, whatever it takes)", float, metavar="SECONDS"))
     replay: bool = field(default=True, metadata=_flag(
         "--no-replay", "reuse stored G values without recomputing their witness pairs first (not advised)"))
 

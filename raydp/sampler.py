@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine.blocks import BlockLayout, PairJob, default_block_size, probe_output_dim, set_up_here
+from .engine.blocks import BlockLayout, PairJob, default_block_size, is_batched, probe_output_dim, set_up_here
 from .engine.progress import Progress
 from .engine.protocol import Backend
 from .engine.reduce import Reducer
@@ -44,7 +44,13 @@ from .validation import check_int
 log = logging.getLogger("raydp.sampler")
 
 __all__ = ["estimate_sensitivity", "load_estimate", "resolve_run", "execute", "Run", "SensitivityEstimate",
-           "resolve_seed"]
+           "resolve_seed", "TimeBudgetError", "price_pairs", "over_budget"]
+
+
+class TimeBudgetError(PlanError):
+    """A time budget that cannot buy the pairs the plan needs — not even the fewest γ allows: raised before
+    any pair of the sample is drawn, with the estimate and what would fit (a larger budget, a larger γ, a
+    cluster, or ``time_budget=None`` to sample the fewest pairs whatever they take)."""
 
 
 def _default_mechanism():
@@ -128,7 +134,7 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
         if options.resume and sizable and options.time_budget is not None:
             stored_plan = store.stored_plan()  # a sized run is resumed at the size it was given
     seed = resolve_seed(seed)
-    batched = callable(getattr(target, "batch", None))
+    batched = is_batched(target)
     # Records drawn per block must fit numpy's largest array; checked before the probe draws anything (a
     # time budget only makes m larger, which never makes the default block larger than 1 here).
     if (block_size or default_block_size(n, plan.m, batched=batched)) * (n + 1) > 2**63 - 1:
@@ -140,10 +146,23 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
     probe_seconds = time.perf_counter() - t0
     sizing = None
     backend = options.backend
-    if sizable and options.time_budget is not None:
+    if options.time_budget is not None:  # a budget is a cap: sized within it (γ alone), or refused before sampling
         timings = [probe_seconds, *_warm_timings(probe, oracle, n, seed, probe_seconds, options)]
-        plan, sizing = _sized(plan, stored_plan, timings, options)
-        if sizing["where"] == "in process":  # what the budget was sized for is where it runs
+        pair_seconds = price_pairs(probe, oracle, mechanism, n, seed, out_dim, timings, options)
+        try:
+            plan, sizing = _sized(plan, stored_plan, pair_seconds, timings, options, sizable=sizable)
+        except TimeBudgetError:
+            if len(timings) > CONFIRM_EVALUATIONS:
+                raise
+            # the cold probe and few warm calls were timed (they ate the warm share; in a fresh process the first
+            # calls pay imports and caches for a while): a refusal is confirmed on more warm calls
+            timings = [probe_seconds, *_warm_timings(probe, oracle, n, seed, probe_seconds, options,
+                                                     at_least=CONFIRM_EVALUATIONS)]
+            pair_seconds = price_pairs(probe, oracle, mechanism, n, seed, out_dim, timings, options)
+            plan, sizing = _sized(plan, stored_plan, pair_seconds, timings, options, sizable=sizable)
+        if not sizable:
+            sizing = None  # the plan asked for (checked against the budget): nothing was sized
+        elif sizing["where"] == "in process":  # what the budget was sized for is where it runs
             from .engine import LocalBackend
 
             backend = LocalBackend()
@@ -163,22 +182,30 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
                sizing=sizing, keep_sample=keep_sample)
 
 
-def _budget_slots(backend: Backend, budget: float) -> tuple[int, float, str]:
+def _budget_slots(backend: Backend, budget: float, pair_seconds: float, gamma: float) -> tuple[int, float, str]:
     """``(slots, seconds, where)`` a time budget buys pairs with: a cluster's slots when one is at hand (Ray
-    is used then); for ``auto`` without one, this machine's cores on an embedded Ray when what is left of
-    the budget after starting it buys more, else one core in process — and the run then stays in process
-    (``where``), so the budget is spent where it was sized for."""
+    is used then); for ``auto`` without one, an embedded Ray on this machine's free cores only when what is
+    left of the budget after starting it buys a larger plan than one core in process does — both judged on
+    this machine's load now (:func:`raydp.engine.backends.free_cores`, :func:`~raydp.engine.backends.ray_start_seconds`:
+    on a loaded machine Ray starts slower and finds fewer idle cores) — else one core in process, and the run
+    then stays in process (``where``), so the budget is spent where it was sized for."""
     from .engine import AutoBackend, LocalBackend, RayBackend
-    from .engine.backends import RAY_START_SECONDS
+    from .engine.backends import free_cores, ray_start_seconds
+    from .plan import plan_for
 
     if isinstance(backend, RayBackend):
         return backend.slots(), budget, "ray"
     if isinstance(backend, AutoBackend):
         if backend.cluster_reason() is not None:
             return backend.ray.slots(), budget, "ray"
-        cores = backend.ray.num_cpus or os.cpu_count() or 1
-        if (budget - RAY_START_SECONDS) * cores > budget:
-            return cores, budget - RAY_START_SECONDS, "embedded ray"
+        cores = free_cores(backend.ray.num_cpus)
+        start = ray_start_seconds()
+        local = plan_for(gamma, int(budget / pair_seconds))
+        embedded = plan_for(gamma, int(max(budget - start, 0.0) * cores / pair_seconds))
+        local_fits = local.m * pair_seconds <= budget
+        embedded_fits = embedded.m * pair_seconds <= max(budget - start, 0.0) * cores
+        if embedded_fits and (embedded.m > local.m or not local_fits):
+            return max(1, int(cores)), budget - start, "embedded ray"
         return 1, budget, "in process"
     return 1, budget, "in process" if isinstance(backend, LocalBackend) else backend.name
 
@@ -187,20 +214,29 @@ def _budget_slots(backend: Backend, budget: float) -> tuple[int, float, str]:
 #: WARM_SHARE of the budget): the fastest one prices a pair, steadier on a shared machine than one cold call.
 WARM_EVALUATIONS = 4
 WARM_SHARE = 0.05
+#: Warm evaluations timed, whatever their share of the budget, before a plan is refused as too costly.
+CONFIRM_EVALUATIONS = 3
+#: A target with a block form (``batch``/``pair_batch``) is priced on a block of public probe pairs as large as a
+#: run of this many pairs has (the smallest sized plan's), or fewer when a share of the budget cannot pay for it.
+PRICE_AT_M = 2_000
+# Spawn key of the public stream the warm timings and the block pricing draw from (under PROBE_KEY).
+_WARM_KEY, _PRICE_KEY = 1, 2
 
 
-def _warm_timings(target, oracle, n: int, seed: int, cold: float, options: SamplerOptions) -> list[float]:
+def _warm_timings(target, oracle, n: int, seed: int, cold: float, options: SamplerOptions,
+                  at_least: int = 0) -> list[float]:
     """Seconds of up to :data:`WARM_EVALUATIONS` more evaluations of the target, each on its own database
     from the probe's stream (public oracle draws, none of the sample's pairs: the plan stays independent of
-    every G). Stops when the next would take the total past :data:`WARM_SHARE` of the budget."""
+    every G). Stops when the next would take the total past :data:`WARM_SHARE` of the budget, unless fewer
+    than ``at_least`` were timed (a refusal is confirmed on a warm call, not on the cold probe alone)."""
     from .engine.blocks import PROBE_KEY, PairTimeout, _alarm
     from .oracles import check_records
 
     # a stream of its own (spawn key (PROBE_KEY, 1)): neither the probe's database nor any block's
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(PROBE_KEY, 1))))
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(PROBE_KEY, _WARM_KEY))))
     spent, out = cold, []
     for _ in range(WARM_EVALUATIONS):
-        if spent + min([cold, *out]) > WARM_SHARE * options.time_budget:
+        if len(out) >= at_least and spent + min([cold, *out]) > WARM_SHARE * options.time_budget:
             break
         try:
             records = check_records(oracle.sample(rng, n), n)
@@ -214,20 +250,100 @@ def _warm_timings(target, oracle, n: int, seed: int, cold: float, options: Sampl
     return out
 
 
-def _sized(plan: Plan, stored: Plan | None, timings: list[float], options: SamplerOptions) -> tuple[Plan, dict]:
-    """The plan a time budget affords: pairs = seconds · slots / (two evaluations' time). An evaluation's
-    time is the fastest of the probe and the warm timings (the first call pays one-off imports and caches,
-    and a busy neighbour only ever adds time)."""
+def price_pairs(target, oracle, mechanism, n: int, seed: int, out_dim: int, timings: list[float],
+                options: SamplerOptions) -> float:
+    """Seconds one pair costs in a block, from public probe data only (never a pair of the sample).
+
+    A target evaluated database by database costs two evaluations a pair: twice the fastest of
+    ``timings`` (the first call pays one-off imports and caches, and a busy neighbour only ever adds time).
+    A target with a block form (``batch``, ``pair_batch``) is timed on a block of public pairs (as large as a
+    sized run's smallest, :data:`PRICE_AT_M`) evaluated as a block would evaluate them (the draw included;
+    the faster of two tries): far less than two evaluations when the form pays, never more than the
+    pair-by-pair price."""
+    from .engine.blocks import PROBE_KEY, PairJob, PairTimeout, _alarm, is_batched
+    from .oracles import check_records
+
+    single = max(2.0 * min(timings), 1e-6)
+    # the block of the smallest sized plan (its fixed costs shared as a sized run shares them), at most what a
+    # share of the budget pays for at the pair-by-pair price
+    pairs = min(default_block_size(n, PRICE_AT_M, batched=True),
+                int(WARM_SHARE * options.time_budget / (2 * single)))
+    if not is_batched(target) or pairs < 4:
+        return single
+    job = PairJob(target=target, oracle=oracle, mechanism=mechanism, n=n, m=pairs, seed=seed, block_size=pairs,
+                  out_dim=out_dim)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(PROBE_KEY, _PRICE_KEY))))
+    best = math.inf
+    for _ in range(2):
+        try:
+            t0 = time.perf_counter()
+            records = check_records(oracle.sample(rng, pairs * (n + 1)), pairs * (n + 1))
+            records = records.reshape((pairs, n + 1) + records.shape[1:])
+            with _alarm(None if options.pair_timeout is None else options.pair_timeout * pairs):
+                job.evaluate(records, 0)
+            best = min(best, (time.perf_counter() - t0) / pairs)
+        except (Exception, SystemExit, PairTimeout):  # noqa: BLE001 - pricing is optional: the pair-by-pair price stands
+            break
+    return max(min(best, single), 1e-7)
+
+
+def _sized(plan: Plan, stored: Plan | None, pair_seconds: float, timings: list[float], options: SamplerOptions,
+           sizable: bool = True) -> tuple[Plan, dict]:
+    """The plan a time budget affords: pairs = seconds · slots / pair_seconds, rounded down to a plan size
+    (:func:`raydp.plan.plan_for`) when only γ was asked for (``sizable``). A plan that costs more than the
+    budget — the fewest pairs γ allows, or the m asked for — is refused with :class:`TimeBudgetError`,
+    before any pair of the sample is drawn."""
     from .plan import plan_for
 
-    slots, seconds, where = _budget_slots(options.backend, options.time_budget)
-    pair_seconds = max(2.0 * min(timings), 1e-6)
+    slots, seconds, where = _budget_slots(options.backend, options.time_budget, pair_seconds, plan.gamma)
     affordable = int(seconds * slots / pair_seconds)
-    sized = stored if stored is not None and math.isclose(stored.gamma, plan.gamma) else plan_for(plan.gamma, affordable)
-    return sized, {"budget_seconds": options.time_budget, "slots": slots, "where": where,
-                   "pair_seconds": pair_seconds, "timed_evaluations": len(timings),
-                   "fewest_pairs": plan.m, "m": sized.m, "k": sized.k,
-                   **({"resumed": True} if sized is stored else {})}
+    if not sizable:
+        sized = plan
+    elif stored is not None and math.isclose(stored.gamma, plan.gamma):
+        sized = stored
+    else:
+        sized = plan_for(plan.gamma, affordable)
+    sizing = {"budget_seconds": options.time_budget, "slots": slots, "where": where,
+              "pair_seconds": pair_seconds, "timed_evaluations": len(timings),
+              "fewest_pairs": plan.m, "m": sized.m, "k": sized.k, "estimated_seconds": sized.m * pair_seconds / slots,
+              **({"resumed": True} if sized is stored else {})}
+    if sized.m > affordable and sized is not stored:
+        raise TimeBudgetError(over_budget(sized.m, pair_seconds, options.time_budget, slots, plan.gamma, sizable,
+                                          what="sampling"))
+    return sized, sizing
+
+
+def over_budget(m: int, pair_seconds: float, budget: float, slots: int, gamma: float, sizable: bool, *,
+                what: str, fixed: float = 0.0) -> str:
+    """Why a budget cannot buy ``m`` pairs at ``pair_seconds`` on ``slots`` (besides ``fixed`` seconds of other
+    work), and what would: the budget that would, the smallest γ whose fewest pairs fit, the slots that would
+    sample them in time, or ``time_budget=None``."""
+    from .plan import plan as make_plan
+
+    need = fixed + m * pair_seconds / slots
+    left = budget - fixed
+    words = [f"the time budget of {budget:g} s cannot buy the {m:,} pairs {'γ=' + format(gamma, 'g') if sizable else 'asked for'} "
+             f"needs{' at the fewest' if sizable else ''}: at about {pair_seconds:.3g} s a pair on {slots} "
+             f"slot{'s' * (slots != 1)}, {what} would take about {need:,.1f} s"
+             + (f" ({fixed:,.1f} s of it besides the pairs)" if fixed > 0 else "")
+             + "; nothing was sampled. What would fit:"]
+    words.append(f"a time budget of at least {math.ceil(need * 1.1):,} s")
+    affordable = int(max(left, 0.0) * slots / pair_seconds)
+    if sizable and affordable >= 2:
+        lo, hi = gamma, 1.0
+        if make_plan(gamma=min(0.999, hi * 0.999)).m <= affordable:
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                if make_plan(gamma=mid).m <= affordable:
+                    hi = mid
+                else:
+                    lo = mid
+            words.append(f"gamma={math.ceil(hi * 1000) / 1000:g} (its fewest pairs fit the budget here)")
+    if left > 0:
+        words.append(f"about {math.ceil(m * pair_seconds / left):,} slots (a Ray cluster: backend=\"ray\", "
+                     "address=... or RAY_ADDRESS)")
+    words.append("or time_budget=None, to sample them whatever they take")
+    return words[0] + " " + "; ".join(words[1:])
 
 
 def execute(run: Run) -> SensitivityEstimate:
@@ -263,6 +379,9 @@ def execute(run: Run) -> SensitivityEstimate:
     try:
         # AutoBackend may run the first block(s) here to time them; any backend says what runs the rest.
         engine, todo, chosen = run.backend.choose(job, todo, compact=run.compact, consume=consume)
+        started = getattr(run.backend, "started", None)
+        if callable(started):  # auto: an embedded Ray that fails to start leaves the run in process
+            engine, todo, chosen = started(engine, todo, chosen)
         for result in engine.run(job, todo, compact=run.compact):
             consume(result)
         if sink is not None:

@@ -16,8 +16,12 @@ size depends only on n, m and the target kind):
   initialised in this process — or a ``task_timeout`` (which only Ray can enforce): Ray;
 - otherwise it runs the first block in process and times it; when the pairs left would take less
   than ``local_seconds`` in process (default: the ~7 s an embedded Ray takes to start, divided by
-  the share of time the other cores would save, 14 s on 2 cores), it finishes in process, else on
-  Ray. The timed block is part of the run either way: nothing is computed twice.
+  the share of time the other cores would save, 14 s on 2 idle cores — on a loaded machine the cores
+  other processes keep busy are not counted and the start takes longer, and with no idle core but
+  this process's own it never pays: :func:`default_local_seconds`), it finishes in process, else on
+  Ray. The timed block is part of the run either way: nothing is computed twice. An embedded Ray
+  that fails to start (its processes are stopped, :func:`raydp.engine.ray.stop_failed_start`) leaves the
+  run in process, with a warning: the blocks are the same wherever they run.
 
 >>> as_backend("local")
 LocalBackend(group_size=1, shuffle_seed=None)
@@ -30,27 +34,62 @@ LocalBackend(group_size=1, shuffle_seed=None)
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import time
 from dataclasses import dataclass, field, fields
 from typing import Callable, Sequence
 
-from ..errors import InvalidArgumentError
+from ..errors import EngineError, InvalidArgumentError
 from ..validation import check_real
 from .local import LocalBackend
 from .protocol import Backend
 from .ray import RayBackend
+
+log = logging.getLogger("raydp.engine")
 
 BACKENDS = ("local", "ray", "auto")
 # Seconds an embedded Ray takes to start on a laptop (measured: 5-8 s, jobs/bench.py "overheads").
 RAY_START_SECONDS = 7.0
 
 
-def default_local_seconds(cores: int | None = None) -> float:
-    """Work (seconds in process) below which starting Ray cannot pay off: start / (1 − 1/cores)."""
+def machine_load() -> float:
+    """This machine's load average over the last minute (0 where the system does not say)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 0.0
+
+
+def free_cores(cores: int | None = None, load: float | None = None) -> float:
+    """Cores an embedded Ray would find idle: this machine's (or ``cores``) less what other processes keep
+    busy — the load average less the one core this process's own sampling accounts for — at least 1.
+
+    >>> free_cores(2, load=0.0), free_cores(2, load=1.0), free_cores(2, load=4.5), free_cores(8, load=3.0)
+    (2.0, 2.0, 1.0, 6.0)
+    """
     cores = (os.cpu_count() or 1) if cores is None else cores
-    return float("inf") if cores <= 1 else RAY_START_SECONDS / (1.0 - 1.0 / cores)
+    load = machine_load() if load is None else load
+    return float(max(1.0, cores - max(0.0, load - 1.0)))
+
+
+def ray_start_seconds(cores: int | None = None, load: float | None = None) -> float:
+    """What starting an embedded Ray costs now: :data:`RAY_START_SECONDS` on an idle machine, stretched by
+    how oversubscribed its cores are (its dozen processes wait for a core like everything else)."""
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    load = machine_load() if load is None else load
+    return RAY_START_SECONDS * max(1.0, load / max(cores, 1))
+
+
+def default_local_seconds(cores: int | None = None, load: float | None = None) -> float:
+    """Work (seconds in process) below which starting Ray cannot pay off: start / (1 − 1/cores), with the
+    cores an embedded Ray would find idle and its start stretched by the load (:func:`free_cores`,
+    :func:`ray_start_seconds`). ``cores`` given without ``load``: an idle machine of that many cores."""
+    if cores is not None and load is None:
+        load = 0.0
+    free = free_cores(cores, load)
+    return float("inf") if free <= 1 else ray_start_seconds(cores, load) / (1.0 - 1.0 / free)
 
 
 @dataclass(frozen=True)
@@ -84,9 +123,22 @@ class AutoBackend(Backend):
     def run(self, job, blocks: Sequence[int], *, compact: int | None = None):
         """Choose, then run: the timed blocks first, then the rest on the chosen backend."""
         timed: list = []
-        backend, left, _ = self.choose(job, blocks, compact=compact, consume=timed.append)
+        backend, left, _ = self.started(*self.choose(job, blocks, compact=compact, consume=timed.append))
         yield from timed
         yield from backend.run(job, left, compact=compact)
+
+    def started(self, backend, blocks, why: str):
+        """``(backend, blocks, why)`` of :meth:`choose` with an embedded Ray it chose started now: when that start
+        fails (its processes are stopped, :func:`raydp.engine.ray.stop_failed_start`) the run stays in process,
+        with a warning — the blocks are the same wherever they run."""
+        if not isinstance(backend, RayBackend) or self.cluster_reason() is not None:
+            return backend, blocks, why
+        try:
+            backend.connect()
+        except EngineError as exc:
+            log.warning("%s; the run continues in this process", str(exc).split("; ")[0])
+            return LocalBackend(), blocks, f"local (auto: the embedded Ray did not start: {str(exc).splitlines()[0]})"
+        return backend, blocks, why
 
     def choose(self, job, blocks: Sequence[int], *, compact: int | None,
                consume: Callable) -> tuple[Backend, list[int], str]:

@@ -59,7 +59,7 @@ def default_block_size(n: int, m: int, batched: bool = False) -> int:
     Per-pair targets: ``max(1, min(⌊65536 / (n + 1)⌋, ⌈m / 2048⌉))`` — a block's records fit in
     ~0.5 MB of float64 scalars, a run of up to 2048 pairs has one pair per block (it can spread
     over as many slots as there are pairs), and a larger one about 2048 blocks.
-    Batched targets (``target.batch``): ``max(1, min(⌊131072 / (n + 1)⌋, ⌈m / 16⌉))`` — the
+    Batched targets (``target.batch`` or ``target.pair_batch``): ``max(1, min(⌊131072 / (n + 1)⌋, ⌈m / 16⌉))`` — the
     fixed cost per block is then under 10% of the numpy work (measured by ``jobs/bench.py``).
 
     It depends only on (n, m, batched), never on the machine, so a default run is reproducible;
@@ -68,6 +68,11 @@ def default_block_size(n: int, m: int, batched: bool = False) -> int:
     if batched:
         return max(1, min(_RECORDS_PER_BATCHED_BLOCK // (n + 1), math.ceil(m / _MIN_BATCHED_BLOCKS)))
     return max(1, min(_RECORDS_PER_BLOCK // (n + 1), math.ceil(m / _MIN_BLOCKS)))
+
+
+def is_batched(target) -> bool:
+    """The target evaluates a whole block at once: a ``batch(databases)`` or ``pair_batch(D, D′)`` form."""
+    return callable(getattr(target, "batch", None)) or callable(getattr(target, "pair_batch", None))
 
 
 def block_rng(seed: int, block_index: int) -> np.random.Generator:
@@ -180,7 +185,7 @@ class PairJob:
     def block_seconds_guess(self) -> float | None:
         """About what a block costs, from the probe: a pair is two evaluations. None for a batched
         target (its pairs cost far less than an evaluation each) or without a probe time."""
-        if self.probe_seconds is None or callable(getattr(self.target, "batch", None)):
+        if self.probe_seconds is None or is_batched(self.target):
             return None
         return 2.0 * self.probe_seconds * self.block_size
 
@@ -243,15 +248,20 @@ class PairJob:
         return e
 
     def _g_batched(self, d, d_prime, start, kinds) -> np.ndarray | None:
+        pair_batch = getattr(self.target, "pair_batch", None)
         batch = getattr(self.target, "batch", None)
-        if batch is None:
+        if batch is None and pair_batch is None:
             return None
         pairs = d.shape[0]
         budget = None if self.pair_timeout is None else self.pair_timeout * pairs
         try:  # D and D′ separately: no stacked copy of the block
             with _alarm(budget):
-                outs_a = np.asarray(batch(d))
-                outs_b = np.asarray(batch(d_prime))
+                if pair_batch is not None:  # D′ from D's solution: the pairs' n − 1 shared records
+                    outs_a, outs_b = pair_batch(d, d_prime)
+                    outs_a, outs_b = np.asarray(outs_a), np.asarray(outs_b)
+                else:
+                    outs_a = np.asarray(batch(d))
+                    outs_b = np.asarray(batch(d_prime))
             if outs_a.dtype.kind not in "biuf" or outs_b.dtype.kind not in "biuf":
                 return None  # complex or objects: never cast away (an imaginary part would vanish)
             outs_a, outs_b = outs_a.astype(np.float64, copy=False), outs_b.astype(np.float64, copy=False)

@@ -519,11 +519,144 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None,
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     quiet = _DropNotice("Token authentication is enabled for this Ray cluster")
     notice.addFilter(quiet)
+    before = _descendants(os.getpid())
     try:
         with loopback_only():
-            ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOOPBACK_HOST, **kwargs)
+            # worker_niceness 0: an embedded Ray's workers run at this process's priority. Ray's default (15,
+            # added to the raylet's, which is ours) starves them on a busy machine: the run is one user's,
+            # and its pairs are the work the user is waiting for.
+            ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOOPBACK_HOST,
+                     _system_config={"worker_niceness": EMBEDDED_WORKER_NICENESS}, **kwargs)
+    except BaseException as exc:
+        stopped = stop_failed_start(before)
+        if not isinstance(exc, Exception):
+            raise
+        raise EngineError(f"starting an embedded Ray failed ({type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'}); "
+                          f"the {stopped} process{'es' * (stopped != 1)} it had started {'were' if stopped != 1 else 'was'} "
+                          "stopped. backend=\"local\" runs the pairs in this process") from exc
     finally:
         notice.removeFilter(quiet)
+
+
+#: Ray's ``worker_niceness`` for an embedded Ray: added to the niceness the workers inherit from this process.
+EMBEDDED_WORKER_NICENESS = 0
+
+
+def _children() -> dict[int, list[int]]:
+    """``{parent pid: [child pids]}`` of every process this user can see (Linux ``/proc``)."""
+    kids: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # pragma: no cover - not Linux
+        return kids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            ppid = int(stat.rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, their children, ...)."""
+    kids, out, todo = _children(), set(), [pid]
+    while todo:
+        for child in kids.get(todo.pop(), ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _is_ray_process(cmdline: str, session: str | None) -> bool:
+    return (cmdline.startswith("ray::") or f"{os.sep}ray{os.sep}" in cmdline
+            or (session is not None and session in cmdline))
+
+
+def stop_failed_start(before: set[int], grace: float = 3.0) -> int:
+    """After a ``ray.init`` of an embedded Ray that raised: stop every process it started. Returns how many.
+
+    ``ray.init`` starts the GCS server, the raylet, the dashboard, the monitor and the log monitor as children
+    of this process one after the other; when a later step fails (the raylet does not register, the driver
+    cannot connect) it raises and leaves the earlier ones running. ``ray.shutdown()`` stops what Ray itself
+    still knows of; then every Ray process that is new below this process since ``before`` (by parentage), or
+    that names the session's directory, gets SIGTERM, and SIGKILL after ``grace`` seconds."""
+    import signal
+
+    session = None
+    try:
+        from ray._private import worker
+
+        node = getattr(worker, "_global_node", None)
+        session = node.get_session_dir_path() if node is not None else None
+    except Exception:  # noqa: BLE001 - private module moved: parentage alone finds them
+        pass
+    mine = os.getpid()
+
+    def left() -> list[int]:
+        found = {p for p in _descendants(mine) - before if _is_ray_process(_cmdline(p), session)}
+        if session:
+            found |= {int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != mine
+                      and session in _cmdline(int(e))}
+        return sorted(found)
+
+    targets = left()
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(targets)
+        if not [p for p in targets if _alive(p)]:
+            break
+        time.sleep(0.05)
+    for pid in targets:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    time.sleep(0.05)
+    _reap(targets)
+    try:  # Ray's own state in this process (a later ray.init starts afresh); its processes are gone by now
+        import ray
+
+        ray.shutdown()
+    except Exception:  # noqa: BLE001 - a half-started Ray may fail to shut down: its processes are stopped
+        pass
+    return len(targets)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _reap(pids) -> None:
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
 
 
 class _DropNotice(logging.Filter):

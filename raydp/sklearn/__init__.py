@@ -64,6 +64,7 @@ private score and releases once.
 The package's modules, one job each: :mod:`~raydp.sklearn.params` (which fitted attributes are
 parameters, which of them predictions use), :mod:`~raydp.sklearn.canonical` (aligning unidentified
 parameters), :mod:`~raydp.sklearn.target` (the estimator as a sampler target),
+:mod:`~raydp.sklearn.fast` (a block of databases fitted at once: cheaper pairs, the same parameters),
 :mod:`~raydp.sklearn.inputs` (checks of X, y and the estimator), :mod:`~raydp.sklearn.public` (steps
 fitted on public records), :mod:`~raydp.sklearn.utility` (the preview), :mod:`~raydp.sklearn.estimator`
 (the meta-estimator, whose ``fit`` is a sequence of named steps) and :mod:`~raydp.sklearn.search`

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 import warnings
 from dataclasses import dataclass, replace
 
@@ -22,7 +24,7 @@ from ..oracles import as_oracle, check_records
 from ..plan import plan as make_plan
 from ..release import check_estimate_fits, respond
 from ..seal import warm
-from ..sampler import estimate_sensitivity
+from ..sampler import TimeBudgetError, estimate_sensitivity, over_budget, price_pairs
 from ..store import Store
 from ..validation import check_delta, check_epsilon, check_int, check_real
 from .canonical import canonical_kinds
@@ -39,8 +41,8 @@ __all__ = ["PrivateEstimator"]
 _PUBLIC_SEED = 0x5EED_5C1E
 # Public records the public pipeline steps (scalers, encoders) are fitted on: at least this many.
 _PUBLIC_RECORDS = 2000
-#: Seconds of sampling a fit spends by default (``time_budget="auto"``): on 2 cores a cheap model's Δ̂ then
-#: comes from a few thousand pairs instead of the fewest (1305 at γ = 0.05).
+#: Seconds a fit spends by default (``time_budget="auto"``), a cap on the whole fit: on 2 cores a cheap model's
+#: Δ̂ then comes from 10 000-50 000 pairs instead of the fewest (1305 at γ = 0.05).
 DEFAULT_TIME_BUDGET = 20.0
 #: Public draws a preview plays the release on (its interval is read off them).
 PREVIEW_REPEATS = 20
@@ -54,6 +56,53 @@ PILOT_PAIRS_UNBUDGETED = 50
 #: ``tune=True``: the share of the time budget the candidates' pilots take together (each at least
 #: PILOT_MIN_PAIRS pairs, at most PILOT_PAIRS); the chosen model's Δ̂ gets the rest.
 TUNE_PILOT_SHARE = 0.25
+#: What a budgeted fit keeps back for the release after sampling, besides the preview and the replay it
+#: prices from the model's own timings: the sealed process's exchange (started while Δ̂ is sampled).
+SEAL_SECONDS = 0.5
+#: The release replays this share of the sampling time (raydp.engine.witness.REPLAY_SHARE), at least
+#: REPLAY_PAIRS pairs.
+REPLAY_SHARE = 0.05
+REPLAY_PAIRS = 30
+#: The share of what is left that sampling is sized to: the rest absorbs a machine slower than its timings.
+SAMPLING_SLACK = 0.9
+#: A fit is priced on the fastest of at most PRICE_FITS fits of the model on public records, while they take at
+#: most PRICE_SHARE of the budget (at least two).
+PRICE_FITS = 6
+PRICE_SHARE = 0.03
+
+
+class _Clock:
+    """A fit's time budget (seconds, or None: no cap), counted from the call that made it."""
+
+    def __init__(self, budget: float | None):
+        self.budget = budget
+        self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float | None:
+        return None if self.budget is None else self.budget - self.elapsed()
+
+
+@dataclass(frozen=True)
+class _Price:
+    """What a target costs, timed on public records: one fit (``fit``), one pair in a block (``pair``),
+    and scoring one preview repeat's models (``score``)."""
+
+    fit: float
+    pair: float
+    score: float
+
+    def preview(self, repeats: int, mechanisms: int = 1) -> float:
+        """A preview of ``repeats`` public draws at ``mechanisms`` mechanisms (fits shared between them)."""
+        return repeats * (self.fit + (1 + mechanisms) * self.score)
+
+    def after(self, sampling: float) -> float:
+        """The release after ``sampling`` seconds of sampling: the preview, the replay of its pairs (at least
+        REPLAY_PAIRS, two fits each, or REPLAY_SHARE of the sampling), the fit on the private data, the seal."""
+        return (self.preview(PREVIEW_REPEATS) + max(REPLAY_PAIRS * 2 * self.fit, REPLAY_SHARE * sampling)
+                + self.fit + SEAL_SECONDS)
 
 
 def _own_store(options: SamplerOptions, mech) -> SamplerOptions:
@@ -69,6 +118,22 @@ class _Stand:
     """A stand-in Δ̂ for a preview (the pilot's): what :meth:`PrivateEstimator._simulate` reads of an estimate."""
 
     sensitivity: float
+
+
+def _start(model):
+    """Where an exact solve of the final step starts: the public fit's ``coef_`` then ``intercept_`` (None
+    when it has no such pair)."""
+    steps = getattr(model, "steps", None)
+    final = steps[-1][1] if isinstance(steps, list) and steps else model
+    coef, intercept = getattr(final, "coef_", None), getattr(final, "intercept_", None)
+    try:
+        coef = np.asarray(coef, dtype=np.float64)
+        intercept = np.atleast_1d(np.asarray(0.0 if intercept is None else intercept, dtype=np.float64))
+    except (TypeError, ValueError):
+        return None
+    if coef.ndim != 2 or coef.shape[0] != 1 or intercept.shape != (1,) or not np.all(np.isfinite(coef)):
+        return None
+    return np.concatenate([coef[0], intercept]) if getattr(final, "fit_intercept", False) else coef[0]
 
 
 def _estimator_has(attr: str):
@@ -149,12 +214,16 @@ class PrivateEstimator(BaseEstimator):
     epsilon, delta : privacy of the release. ``delta=0``: Laplace (ℓ1 Δ̂), ε-DP on all but a γ
         fraction of neighbours; ``delta > 0``: the better of Laplace and Gaussian (below).
     gamma, m, k : the plan (any combination :func:`raydp.plan` accepts; usually ``gamma`` alone).
-    time_budget : "auto", None or seconds. With ``gamma`` alone, Δ̂ is sampled from as many pairs as
-        this many seconds afford on the resources at hand (more on a cluster), k following from
-        Theorem 15: a lower order statistic of more pairs, so a smaller and steadier Δ̂ at the same γ
-        (:attr:`raydp.SamplerOptions.time_budget`). "auto": ``options.time_budget`` when set, else
-        :data:`DEFAULT_TIME_BUDGET` seconds. None: the fewest pairs γ allows (for an expensive model).
-        The chosen (m, k) and the budget are in ``estimate_.sizing`` and the statement.
+    time_budget : "auto", None or seconds: a cap on the whole ``fit`` (or ``preview``) — the public search of
+        ``tune=True``, the pilot, sampling, the preview and the sealed release with its replay. With
+        ``gamma`` alone, Δ̂ is sampled from as many pairs as what is left affords on the resources at hand
+        (more on a cluster), k following from Theorem 15: a lower order statistic of more pairs, so a
+        smaller and steadier Δ̂ at the same γ (:attr:`raydp.SamplerOptions.time_budget`). When even the
+        fewest pairs γ allows (or the ``m`` given) cannot be bought in time, the fit refuses before it
+        samples, with :class:`raydp.sampler.TimeBudgetError` saying its estimate and what would fit.
+        "auto": ``options.time_budget`` when set, else :data:`DEFAULT_TIME_BUDGET` seconds. None: the
+        fewest pairs γ allows, whatever they take (for an expensive model). The chosen (m, k) and the
+        budget are in ``estimate_.sizing`` and the statement.
     mechanism : None or "auto" (default): Laplace when ``delta=0``; with ``delta > 0`` both Laplace (ℓ1)
         and Gaussian (ℓ2, analytic calibration) are previewed on public data at (ε, δ) — no privacy
         spent — each at a stand-in Δ̂ read off the same public pilot pairs (at most a tenth of the
@@ -248,13 +317,16 @@ class PrivateEstimator(BaseEstimator):
         oracle = as_oracle(self.oracle)
         options = self._options()
         self._mechanisms()  # checked before any sampling
-        warm()  # the sealed process that will fit on the private data gets ready meanwhile
-        skeleton = self._skeleton(estimator, oracle, inputs.n, inputs.d, inputs.supervised)
-        self._check_labels(skeleton, inputs)
-        choice = self._choose(skeleton, oracle, inputs.n, options)
-        self._judge(choice, skeleton, oracle, inputs.n, options)
-        release = respond(inputs.records(), skeleton.target, choice.mechanism, choice.estimate, reused=choice.reused,
-                          replay=options.replay, ledger=self.ledger, ledger_label=self.ledger_label)
+        with self._timed(options.time_budget):
+            warm()  # the sealed process that will fit on the private data gets ready meanwhile
+            skeleton = self._skeleton(estimator, oracle, inputs.n, inputs.d, inputs.supervised)
+            self._check_labels(skeleton, inputs)
+            self._check_budget(skeleton, oracle, inputs.n, options)
+            choice = self._choose(skeleton, oracle, inputs.n, options)
+            self._judge(choice, skeleton, oracle, inputs.n, options)
+            release = respond(inputs.records(), skeleton.target, choice.mechanism, choice.estimate,
+                              reused=choice.reused, replay=options.replay, ledger=self.ledger,
+                              ledger_label=self.ledger_label)
         self._assemble(skeleton, inputs, choice.estimate, release)
         self.utility_ = choice.preview
         self.mechanism_choice_ = choice.record
@@ -288,13 +360,16 @@ class PrivateEstimator(BaseEstimator):
         d = self._oracle_width(oracle, n) - int(supervised)
         if d < 1:
             raise OracleError("the oracle's records have no feature column")
-        skeleton = self._skeleton(estimator, oracle, n, d, supervised)
-        choice = self._choose(skeleton, oracle, n, self._options(), repeats=repeats)
-        self.preview_estimate_ = choice.estimate
-        self.preview_choice_ = choice.record
-        if [float(e) for e in epsilons] == [float(self.epsilon)] and choice.preview is not None:
-            return choice.preview
-        return self._simulate(skeleton, oracle, n, choice.estimate, choice.mechanism, epsilons, repeats)
+        options = self._options()
+        with self._timed(options.time_budget):
+            skeleton = self._skeleton(estimator, oracle, n, d, supervised)
+            self._check_budget(skeleton, oracle, n, options, release=False)
+            choice = self._choose(skeleton, oracle, n, options, repeats=repeats)
+            self.preview_estimate_ = choice.estimate
+            self.preview_choice_ = choice.record
+            if [float(e) for e in epsilons] == [float(self.epsilon)] and choice.preview is not None:
+                return choice.preview
+            return self._simulate(skeleton, oracle, n, choice.estimate, choice.mechanism, epsilons, repeats)
 
     # ---- tune=True: a search on public data first -----------------------------------------
     def _tuning(self) -> bool:
@@ -333,33 +408,52 @@ class PrivateEstimator(BaseEstimator):
             raise OracleError("the oracle's records have no feature column")
         grid = list(ParameterGrid(grid))
         budget = options.time_budget
+        with self._timed(budget) as clock:
+            rows, spent = self._tune_candidates(grid, space, oracle, n, d, options, mechanisms, clock)
+            tuned_seconds = clock.elapsed()
+            left = clock.left()
+        return self._tuned_choice(rows, spent, tuned_seconds, left, space, estimator, mechanisms, key, budget)
+
+    def _tune_candidates(self, grid, space, oracle, n, d, options, mechanisms, clock):
+        """Every candidate of tune=True previewed at stand-in Δ̂s from its public pilot pairs: ``(rows, pilot
+        seconds)``."""
+        budget = clock.budget
         eps = float(self.epsilon)
         rows, spent = [], 0.0
-        for params in grid:
+        for i, params in enumerate(grid):
             model = clone(space).set_params(**params)
             cand = self._candidate(model)
-            skeleton = cand._skeleton(model, oracle, n, d, True)
-            pilot = self._pilot(skeleton.target, oracle, n, mechanisms,
-                                None if budget is None else TUNE_PILOT_SHARE * budget / len(grid))
-            row = {"params": params, "mean": float("nan"), "sd": float("nan"), "mechanism": None, "previews": {},
-                   "pairs": 0 if pilot is None else pilot.pairs}
-            if pilot is not None:
-                spent += pilot.seconds
-                for mech in mechanisms:
-                    pv = cand._simulate(skeleton, oracle, n, _Stand(pilot.sensitivities[mech.name]), mech, [eps],
-                                        PREVIEW_REPEATS)
-                    row["previews"][mech.name] = {"mean": pv.expected(eps), "sd": pv.row(eps)["sd"],
-                                                  "sensitivity": pilot.sensitivities[mech.name]}
-                best = max(mechanisms, key=lambda m: row["previews"][m.name]["mean"])
-                row.update(mean=row["previews"][best.name]["mean"], sd=row["previews"][best.name]["sd"],
-                           mechanism=best)
+            with cand._timed(None):  # its previews' fits are kept between its mechanisms
+                skeleton = cand._skeleton(model, oracle, n, d, True)
+                if i == 0 and budget is not None:  # before any pair: can the budget buy this search and a Δ̂?
+                    self._check_budget(skeleton, oracle, n, options, candidates=len(grid), clock=clock, pilot=True)
+                pilot = self._pilot(skeleton.target, oracle, n, mechanisms,
+                                    None if budget is None else TUNE_PILOT_SHARE * budget / len(grid))
+                row = {"params": params, "mean": float("nan"), "sd": float("nan"), "mechanism": None, "previews": {},
+                       "pairs": 0 if pilot is None else pilot.pairs}
+                if pilot is not None:
+                    spent += pilot.seconds
+                    for mech in mechanisms:
+                        pv = cand._simulate(skeleton, oracle, n, _Stand(pilot.sensitivities[mech.name]), mech, [eps],
+                                            PREVIEW_REPEATS)
+                        row["previews"][mech.name] = {"mean": pv.expected(eps), "sd": pv.row(eps)["sd"],
+                                                      "sensitivity": pilot.sensitivities[mech.name]}
+                    best = max(mechanisms, key=lambda m: row["previews"][m.name]["mean"])
+                    row.update(mean=row["previews"][best.name]["mean"], sd=row["previews"][best.name]["sd"],
+                               mechanism=best)
             rows.append(row)
+        return rows, spent
+
+    def _tuned_choice(self, rows, spent, tuned_seconds, left, space, estimator, mechanisms, key, budget):
+        """The chosen candidate (the rest of the budget, its mechanism) and the record of the search."""
         scored = [r for r in rows if r["mechanism"] is not None and math.isfinite(r["mean"])]
         if not scored:
             raise InvalidArgumentError(f"tune=True could not preview any candidate: the pilot's public pairs failed "
                                        f"for every one of {len(rows)}")
         chosen = max(scored, key=lambda r: r["mean"])  # the first of equals: the grid's order
-        rest = None if budget is None else max(round(budget - spent, 1), 0.5 * budget)
+        # the chosen model's fit gets what is left of the budget: a cap, so no floor (its own check refuses,
+        # before it samples, when what is left cannot buy its Δ̂)
+        rest = None if budget is None else max(left, 1e-3)
         final = self._candidate(clone(space).set_params(**chosen["params"]), time_budget=rest,
                                 mechanism=chosen["mechanism"])
         final._suggest = None  # a warning of the chosen model has no further search to suggest: this was it
@@ -367,7 +461,7 @@ class PrivateEstimator(BaseEstimator):
         as_given = next((r["mean"] for r in rows if all(v == "passthrough" if k == "publicclip" else given.get(k) == v
                                                         for k, v in r["params"].items())), None)
         record = {"params": dict(chosen["params"]), "previewed": chosen["mean"], "as_given": as_given,
-                  "pilot_seconds": spent,
+                  "pilot_seconds": spent, "seconds": tuned_seconds,
                   "candidates": [{"params": dict(r["params"]), "mean": r["mean"], "sd": r["sd"], "pairs": r["pairs"],
                                   "mechanism": None if r["mechanism"] is None else r["mechanism"].name,
                                   "previews": r["previews"]} for r in rows]}
@@ -400,8 +494,12 @@ class PrivateEstimator(BaseEstimator):
         return self
 
     def _simulate(self, skeleton, oracle, n, estimate, mechanism, epsilons, repeats) -> UtilityPreview:
+        caches = self.__dict__.get("_caches")
+        cache = None
+        if caches is not None:  # within one fit: a target's preview fits are made once (utility.simulate)
+            cache = caches.setdefault(id(skeleton.target), (skeleton.target, {}))[1]
         result = simulate(skeleton.model, skeleton.target, oracle, n, estimate.sensitivity,
-                          {float(e): _at(mechanism, e) for e in epsilons}, repeats)
+                          {float(e): _at(mechanism, e) for e in epsilons}, repeats, cache=cache)
         return replace(result, public_steps=list(skeleton.public))
 
     def _choose(self, skeleton, oracle, n: int, options: SamplerOptions, repeats: int = PREVIEW_REPEATS) -> _Choice:
@@ -425,19 +523,15 @@ class PrivateEstimator(BaseEstimator):
         if len(candidates) > 1:
             chosen = self._pilot_choice(candidates, skeleton, oracle, n, options, repeats)
             if chosen is not None:
-                mech, record, spent = chosen
-                if options.time_budget is not None:  # the pilot's seconds come out of the budget
-                    options = replace(options, time_budget=max(round(options.time_budget - spent, 1),
-                                                                0.5 * options.time_budget))
+                mech, record, spent = chosen  # the pilot's seconds came out of the budget (the fit's clock)
                 estimate, reused = self._estimate(skeleton.target, oracle, n, mech, _own_store(options, mech))
                 preview = self._simulate(skeleton, oracle, n, estimate, mech, [self.epsilon], repeats)
                 return _Choice(mech, estimate, reused, preview, record)
-        if len(candidates) > 1 and options.time_budget is not None:
-            options = replace(options, time_budget=options.time_budget / len(candidates))
         tried = []
-        for mech in candidates:
+        for i, mech in enumerate(candidates):
             own = _own_store(options, mech) if len(candidates) > 1 else options
-            estimate, reused = self._estimate(skeleton.target, oracle, n, mech, own)
+            # each mechanism's Δ̂ its share of what is left (the budget shared between them)
+            estimate, reused = self._estimate(skeleton.target, oracle, n, mech, own, share=1.0 / (len(candidates) - i))
             preview = (self._simulate(skeleton, oracle, n, estimate, mech, [self.epsilon], repeats)
                        if skeleton.target.supervised else None)
             tried.append(_Choice(mech, estimate, reused, preview, None))
@@ -513,11 +607,23 @@ class PrivateEstimator(BaseEstimator):
                f"{row['sd']:.3f} ({result.metric}, {result.repeats} previews on public records), not clearly "
                f"better than a trivial predictor's {result.trivial:.3f}; the fit without noise scores "
                f"{result.nonprivate[0]:.3f} (Δ̂={choice.estimate.sensitivity:.4g} is large against the parameters)")
-        suggestion = self._suggest(self, skeleton, oracle, n, options) if self._suggest is not None else None
+        clock = self.__dict__.get("_clock")
+        if clock is not None and clock.budget is not None:  # the search it runs gets what the release leaves
+            entry = self.__dict__.get("_prices", {}).get(id(skeleton.target))
+            reserve = 0.0 if entry is None or entry[1] is None else entry[1].after(0.0)
+            options = replace(options, time_budget=max(clock.left() - reserve, 1e-3))
+        try:
+            suggestion = self._suggest(self, skeleton, oracle, n, options) if self._suggest is not None else None
+            no_time = False
+        except TimeBudgetError:
+            suggestion, no_time = None, True
         if suggestion is not None and suggestion.score > row["mean"]:
             msg += (f". Searched on public data over regularisation and public clipping, this previews "
                     f"{suggestion.score:.3f} (best: {suggestion.best_params}): {suggestion.line} — or add tune=True "
                     "to this line, which chooses among the same candidates on public data")
+        elif no_time:
+            msg += (". The time budget left no room to search regularisation and public clipping on public data: "
+                    "add tune=True to this line (it searches them within the budget), or give a larger time_budget")
         else:
             msg += (". Searching regularisation and public clipping on public data found nothing better: give more "
                     "records or a larger epsilon")
@@ -567,7 +673,8 @@ class PrivateEstimator(BaseEstimator):
         classes = getattr(model, "classes_", None) if classifier else None
         target = EstimatorTarget(template, n_features=d, supervised=supervised, integer_labels=integer_labels,
                                  params=paths, shapes=shapes, references=references, kinds=kinds,
-                                 classes=None if classes is None or not numeric(classes) else classes)
+                                 classes=None if classes is None or not numeric(classes) else classes,
+                                 start=_start(model))
         return _Skeleton(model=model, target=target, classes=classes, public=names)
 
     def _check_labels(self, skeleton: _Skeleton, inputs: _Inputs) -> None:
@@ -581,10 +688,12 @@ class PrivateEstimator(BaseEstimator):
             raise InvalidArgumentError(f"y holds class labels the oracle never draws (the oracle's: "
                                        f"{np.asarray(classes).tolist()}); the released model knows only those")
 
-    def _estimate(self, target, oracle, n: int, mechanism, options: SamplerOptions) -> tuple[SensitivityEstimate, bool]:
+    def _estimate(self, target, oracle, n: int, mechanism, options: SamplerOptions,
+                  share: float = 1.0) -> tuple[SensitivityEstimate, bool]:
         """The Δ̂ to release with, and whether it was made before this call (``estimate=``, or a preview's):
         then its witness pairs are replayed before the release. Else it is sampled now (a stored run in
-        ``options.store`` is replayed by the sampler before it is reused)."""
+        ``options.store`` is replayed by the sampler before it is reused), within ``share`` of the sampling
+        time the fit's budget has left (:meth:`_sampling_budget`)."""
         if self.estimate is not None:
             est = self._checked_estimate(oracle, options)
             # the target, n and norm before anything else (the preview would use a Δ̂ made for another model)
@@ -603,8 +712,144 @@ class PrivateEstimator(BaseEstimator):
                 if st.exists("meta.json"):
                     seed = st.load()[0].seed  # reuse the stored run (its target, oracle and n are checked)
             options = replace(options, seed=seed, resume=True)
+        if options.time_budget is not None:
+            options = replace(options, time_budget=self._sampling_budget(target, share))
         return estimate_sensitivity(target, oracle, n, mechanism=mechanism, gamma=self.gamma, m=self.m, k=self.k,
                                     options=options), False
+
+    # ---- the time budget: a cap ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _timed(self, budget: float | None):
+        """The clock of this call (``fit``, ``preview``): every phase reads what is left of ``budget`` from it.
+        A call inside another keeps the outer clock; the outermost drops the clock and its timings at the end."""
+        outer = "_clock" in self.__dict__
+        if not outer:
+            self._clock = _Clock(budget)
+            self._prices, self._caches = {}, {}
+        try:
+            yield self._clock
+        finally:
+            if not outer:
+                for name in ("_clock", "_prices", "_caches"):
+                    self.__dict__.pop(name, None)
+
+    def _price(self, skeleton, oracle, n: int, options: SamplerOptions, confirm: bool = False) -> _Price | None:
+        """The target timed on public records (cached for the call): the fastest of its fits (at least two, at
+        most :data:`PRICE_FITS` while within :data:`PRICE_SHARE` of the budget; all of them with ``confirm``,
+        before a refusal), a pair as a block evaluates it (:func:`raydp.sampler.price_pairs`) and one preview
+        model scored. None when the fit fails on every public draw tried (the sampler's own pricing decides)."""
+        prices = self.__dict__.setdefault("_prices", {})
+        key = id(skeleton.target)
+        if key in prices:
+            return prices[key][1]
+        target = skeleton.target
+        rng = np.random.default_rng([_PUBLIC_SEED, 2])
+        times, vec, records = [], None, None
+        share = PRICE_SHARE * (options.time_budget or DEFAULT_TIME_BUDGET)
+        for _ in range(3):
+            records = np.asarray(oracle.sample(rng, n), dtype=np.float64)
+            try:
+                # the fastest of a few fits: the first ones pay imports and caches (in a fresh process, with the
+                # sealed process starting beside them, several times the fit itself), a busy neighbour only adds
+                while len(times) < PRICE_FITS and (len(times) < (PRICE_FITS if confirm else 2)
+                                                   or sum(times) + min(times) <= share):
+                    t0 = time.perf_counter()
+                    vec = target(records)
+                    times.append(time.perf_counter() - t0)
+                break
+            except Exception:  # noqa: BLE001 - a public draw the fit cannot take: try another
+                times, vec = [], None
+        if not times:
+            prices[key] = (target, None)
+            return None
+        priced = replace(options, time_budget=options.time_budget or DEFAULT_TIME_BUDGET, pair_timeout=None)
+        pair = price_pairs(target, oracle, Laplace(1.0), n, _PUBLIC_SEED, target.output_dim, times, priced)
+        score = 0.0
+        if target.supervised:
+            X, y = target.split(records)
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    with_params(skeleton.model, target, vec).score(X, y)
+                except Exception:  # noqa: BLE001 - a timing only
+                    pass
+            score = time.perf_counter() - t0
+        price = _Price(fit=min(times), pair=pair, score=score)
+        prices[key] = (target, price)
+        return price
+
+    def _slots(self, options: SamplerOptions) -> list[tuple[int, float]]:
+        """``(slots, start seconds)`` the sampling could run on: a cluster's slots, or one core in process and,
+        for ``auto``, this machine's free cores on an embedded Ray after its start."""
+        from ..engine import AutoBackend, RayBackend
+        from ..engine.backends import free_cores, ray_start_seconds
+
+        backend = options.backend
+        if isinstance(backend, RayBackend):
+            return [(backend.slots(), 0.0)]
+        if isinstance(backend, AutoBackend):
+            if backend.cluster_reason() is not None:
+                return [(backend.ray.slots(), 0.0)]
+            return [(1, 0.0), (max(1, int(free_cores(backend.ray.num_cpus))), ray_start_seconds())]
+        return [(1, 0.0)]
+
+    def _check_budget(self, skeleton, oracle, n: int, options: SamplerOptions, *, candidates: int = 1,
+                      clock: _Clock | None = None, pilot: bool | None = None, release: bool = True,
+                      confirmed: bool = False) -> None:
+        """Before anything is sampled: refuse (:class:`~raydp.sampler.TimeBudgetError`) when even the fewest
+        pairs this plan allows, with the public pilot and previews around them and the release after, cannot
+        be bought with the time budget — priced on public records, with what would fit. Nothing when the
+        budget is None (no cap), or Δ̂ is reused."""
+        clock = clock or self.__dict__.get("_clock")
+        if clock is None or clock.budget is None or self.estimate is not None:
+            return
+        if candidates == 1 and getattr(self, "preview_estimate_", None) is not None:
+            return  # the preview's Δ̂, if it fits, is reused; if not, the sampler checks the plan it samples
+        price = self._price(skeleton, oracle, n, options, confirm=confirmed)
+        if price is None:
+            return
+        mechanisms = len(self._mechanisms())
+        if pilot is None:
+            pilot = mechanisms > 1 and skeleton.target.supervised
+        wanted = make_plan(gamma=self.gamma, m=self.m, k=self.k)
+        public = 0.0
+        if pilot:
+            public = candidates * (PILOT_MIN_PAIRS * price.pair + price.preview(PREVIEW_REPEATS, mechanisms))
+        best = None
+        for slots, start in self._slots(options):
+            sampling = wanted.m * price.pair / slots
+            after = price.after(sampling) if release else price.preview(PREVIEW_REPEATS)
+            fixed = clock.elapsed() + public + start + after
+            if best is None or fixed + sampling < best[0] + best[1]:
+                best = (fixed, sampling, slots)
+        fixed, sampling, slots = best
+        if fixed + sampling > clock.budget:
+            if not confirmed:  # priced again on PRICE_FITS fits before a refusal: the first may be a cold start's
+                self.__dict__.get("_prices", {}).pop(id(skeleton.target), None)
+                return self._check_budget(skeleton, oracle, n, options, candidates=candidates, clock=clock,
+                                          pilot=pilot, release=release, confirmed=True)
+            raise TimeBudgetError(over_budget(wanted.m, price.pair, clock.budget, slots, wanted.gamma,
+                                              self.m is None and self.k is None, what="this fit", fixed=fixed))
+
+    def _sampling_budget(self, target, share: float = 1.0) -> float:
+        """Seconds of sampling this fit can still spend: what its clock has left, less the release after it
+        (priced on the target's own timings), times :data:`SAMPLING_SLACK` — and ``share`` of that."""
+        clock = self.__dict__.get("_clock")
+        if clock is None or clock.budget is None:
+            return self._options().time_budget
+        left = clock.left()
+        entry = self.__dict__.get("_prices", {}).get(id(target))
+        price = None if entry is None else entry[1]
+        if price is not None:
+            left -= price.after(0.0)
+        seconds = share * SAMPLING_SLACK * left / (1.0 + REPLAY_SHARE)
+        if seconds <= 0:
+            raise TimeBudgetError(
+                f"the time budget of {clock.budget:g} s is spent ({clock.elapsed():.1f} s so far: the public "
+                "previews, and the release still to come) before any pair could be sampled; nothing was sampled. "
+                "Give a larger time_budget, or time_budget=None to sample the fewest pairs whatever they take")
+        return seconds
 
     def _assemble(self, skeleton: _Skeleton, inputs: _Inputs, estimate, release) -> None:
         """The released model: the skeleton with the released parameters put in; the fitted attributes."""

@@ -39,9 +39,12 @@ class PrivateSearchCV(BaseEstimator):
         fitted on public records).
     oracle, epsilon, delta, gamma, m, k, mechanism, options, ledger, ledger_label, random_state : as
         :class:`PrivateEstimator`.
-    time_budget : "auto", None or seconds: the sampling time of the whole search, shared by its candidates
-        ("auto": ``options.time_budget`` when set, else the default of :class:`PrivateEstimator`; None: every
-        candidate samples the fewest pairs γ allows).
+    time_budget : "auto", None or seconds: the time of the whole search and its release, a cap shared by its
+        candidates ("auto": ``options.time_budget`` when set, else the default of :class:`PrivateEstimator`;
+        None: every candidate samples the fewest pairs γ allows, however long that takes). Before any
+        candidate samples, the search is priced on public records; when even every candidate's fewest pairs
+        cannot be bought in time it is refused with :class:`~raydp.sampler.TimeBudgetError`, saying what would
+        fit.
     repeats : public draws per candidate in its preview (default 5).
 
     With a cluster at hand (``options`` backend "ray", ``RAY_ADDRESS``, an address, or Ray already running)
@@ -89,8 +92,8 @@ class PrivateSearchCV(BaseEstimator):
                                 options=self.options, ledger=ledger, ledger_label=self.ledger_label,
                                 random_state=self.random_state)
 
-    def _budget(self, candidates: int):
-        """Each candidate's share of the search's time budget (None: the fewest pairs)."""
+    def _total(self):
+        """The search's time budget in seconds (None: no cap)."""
         budget = self.time_budget
         if isinstance(budget, str) and budget == "auto":
             from ..options import SamplerOptions
@@ -101,7 +104,55 @@ class PrivateSearchCV(BaseEstimator):
         if budget is None:
             return None
         return check_real(budget, "time_budget", min_value=0, include_min=False,
-                          expected='"auto", None or a positive number of seconds') / max(candidates, 1)
+                          expected='"auto", None or a positive number of seconds')
+
+    def _budget(self, candidates: int):
+        """Each candidate's share of the search's time budget (None: the fewest pairs)."""
+        total = self._total()
+        return None if total is None else total / max(candidates, 1)
+
+    def _priced(self, cand, n: int, clock, candidates: int):
+        """Before any candidate samples: the first candidate priced on public records (its fits, its pairs, its
+        previews); :class:`~raydp.sampler.TimeBudgetError` when ``candidates`` of them — each its fewest pairs
+        and its preview — and the release after cannot be bought in what ``clock`` has left. Returns the
+        seconds to keep back for the release (0 when it cannot be priced)."""
+        from ..oracles import as_oracle
+        from ..plan import plan as make_plan
+        from ..sampler import TimeBudgetError, over_budget
+        from .estimator import PILOT_MIN_PAIRS
+        from .inputs import is_supervised
+
+        try:
+            est = cand._checked_estimator()
+            oracle = as_oracle(self.oracle)
+            supervised = is_supervised(est)
+            d = cand._oracle_width(oracle, n) - int(supervised)
+            options = cand._options()
+            with cand._timed(None):
+                skeleton = cand._skeleton(est, oracle, n, d, supervised)
+                price = cand._price(skeleton, oracle, n, options)
+                slots = cand._slots(options)
+            mechanisms = len(cand._mechanisms())
+        except RaydpError:
+            return 0.0  # a candidate that cannot be fitted says so in its own row
+        if price is None:
+            return 0.0
+        wanted = make_plan(gamma=self.gamma, m=self.m, k=self.k)
+        pilot = PILOT_MIN_PAIRS * price.pair if mechanisms > 1 and supervised else 0.0
+        preview = price.preview(self.repeats, mechanisms) + pilot
+        release = price.after(0.0)
+        best = None
+        for count, start in slots:
+            sampling = candidates * wanted.m * price.pair / count
+            fixed = clock.elapsed() + start + candidates * preview + release
+            if best is None or fixed + sampling < sum(best[:2]):
+                best = (fixed, sampling, count)
+        fixed, sampling, count = best
+        if fixed + sampling > clock.budget:
+            raise TimeBudgetError(over_budget(candidates * wanted.m, price.pair, clock.budget, count, wanted.gamma,
+                                              self.m is None and self.k is None,
+                                              what=f"this search of {candidates} candidates", fixed=fixed))
+        return release
 
     def _together(self) -> bool:
         """A cluster is at hand: candidates are sampled at once, their pairs spread over it together."""
@@ -126,6 +177,10 @@ class PrivateSearchCV(BaseEstimator):
             raise InvalidArgumentError("param_grid has no candidate: give a dict of parameter name -> list of values")
         share = self._budget(len(grid))
         built = [self._candidate(params, time_budget=share) for params in grid]  # every name checked first
+        from .estimator import _Clock
+
+        clock = _Clock(self._total())
+        reserve = 0.0 if clock.budget is None else self._priced(built[0], n, clock, len(built))
         results = {k: [] for k in ("params", "mean_private_score", "std_private_score", "nonprivate_score",
                                    "trivial_score", "sensitivity", "error")}
 
@@ -146,7 +201,11 @@ class PrivateSearchCV(BaseEstimator):
                 with ThreadPoolExecutor(max_workers=len(built)) as pool:
                     outcomes = list(pool.map(preview, built))
             else:
-                outcomes = [preview(cand) for cand in built]
+                outcomes = []
+                for i, cand in enumerate(built):
+                    if clock.budget is not None:  # what is left, shared by the candidates still to preview
+                        cand.set_params(time_budget=max((clock.left() - reserve) / (len(built) - i), 1e-3))
+                    outcomes.append(preview(cand))
         candidates = []
         for params, cand, (previewed, exc) in zip(grid, built, outcomes):
             if exc is not None:
@@ -176,13 +235,16 @@ class PrivateSearchCV(BaseEstimator):
         self.best_score_ = float(scores[self.best_index_])
         self._best_candidate = candidates[self.best_index_]
         self.n_candidates_ = len(grid)
+        self.search_seconds_ = clock.elapsed()
         return self
 
     def fit(self, X, y=None):
         """Search on public data for n = len(X), then fit and release the chosen candidate once on (X, y)."""
         arr, _ = as_matrix(X, "X", values=self.ledger is None)
         self.search(arr.shape[0])
-        best = self._candidate(self.best_params_, ledger=self.ledger, time_budget=self._budget(self.n_candidates_))
+        best = self._candidate(self.best_params_, ledger=self.ledger,
+                               time_budget=self._budget(self.n_candidates_) if self._total() is None else
+                               max(self._total() - getattr(self, "search_seconds_", 0.0), 1e-3))
         best.preview_estimate_ = self._best_candidate.preview_estimate_  # its Δ̂, sampled in the search
         best.preview_choice_ = getattr(self._best_candidate, "preview_choice_", None)  # and its mechanism's why
         self.best_estimator_ = best.fit(X, y)

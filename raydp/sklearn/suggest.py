@@ -105,12 +105,19 @@ def suggest(private_estimator, skeleton, oracle, n: int, options) -> Suggestion 
     space, grid = grid_for(private_estimator.estimator, list(skeleton.public))
     if not grid:
         return None
+    # within a budgeted fit, the search gets what the fit has left (options.time_budget), and refuses — no
+    # suggestion — when that cannot buy it; an unbudgeted fit's search samples the fewest pairs
+    budget = options.time_budget
     options = dataclasses.replace(options, time_budget=None, progress=False)
     pe = private_estimator
     search = PrivateSearchCV(space, grid, oracle=oracle, epsilon=pe.epsilon, delta=pe.delta, gamma=pe.gamma, m=pe.m,
-                             k=pe.k, mechanism=pe.mechanism, options=options, time_budget=None, repeats=5)
+                             k=pe.k, mechanism=pe.mechanism, options=options, time_budget=budget, repeats=5)
+    from ..sampler import TimeBudgetError
+
     try:
         search.search(n)
+    except TimeBudgetError:
+        raise  # the caller says the budget left no time for the search, not that it found nothing
     except Exception:  # noqa: BLE001 - a suggestion that cannot be made is no suggestion
         return None
     extra = "".join(f", {k}={v!r}" for k, v in (("delta", pe.delta), ("gamma", pe.gamma), ("m", pe.m), ("k", pe.k),

@@ -12,7 +12,8 @@ from sklearn.base import BaseEstimator, clone
 from ..errors import TargetError
 from ..identity import content_fields
 from .canonical import canonicalise
-from .params import class_path, resolve
+from .fast import fast_form
+from .params import assign, class_path, resolve
 from .public import frozen_digest, is_frozen
 
 __all__ = ["EstimatorTarget", "estimator_params"]
@@ -60,10 +61,16 @@ class EstimatorTarget:
     skeleton gave them) are returned as one float vector. A fit that raises, or parameters of another
     shape (e.g. a class missing from the database), raise :class:`~raydp.errors.TargetError`: the
     sampler counts that pair as G = +∞. Picklable (Ray ships it), with a stable :meth:`identity`.
+
+    Linear and logistic models (alone or behind public steps) also have a vectorised form, ``batch``
+    (and ``pair_batch`` for the logistic model), that fits a whole block of databases at once with the
+    parameters the fit releases, to the tolerance :mod:`raydp.sklearn.fast` states; a binary logistic
+    model's released function is then the exact minimiser of scikit-learn's objective (``identity()``
+    says so). Other targets have neither attribute.
     """
 
     def __init__(self, estimator, *, n_features: int, supervised: bool, integer_labels: bool, params, shapes,
-                 references=None, kinds=None, classes=None):
+                 references=None, kinds=None, classes=None, start=None):
         self.estimator = estimator
         # the public fit's classes: a database with another label is a failed fit, never a relabelled one
         self.classes = None if classes is None else np.asarray(classes, dtype=np.float64)
@@ -77,6 +84,71 @@ class EstimatorTarget:
         missing = sorted(set(self.kinds) - set(self.references))
         if missing:
             raise TargetError(f"canonical forms {missing} need a reference (the public fit's values)")
+        # where the exact logistic solve starts (the public fit's coefficients then intercept); the result is
+        # the minimiser whatever the start, to rounding (raydp.sklearn.fast)
+        self.start = None if start is None else np.asarray(start, dtype=np.float64).ravel().copy()
+        self._fast = fast_form(estimator, params=self.params, shapes=self.shapes, supervised=self.supervised,
+                               classes=self.classes, kinds=self.kinds)
+
+    # ---- the vectorised forms (raydp.sklearn.fast): attributes only where the model has one -------------
+    @property
+    def batch(self):
+        """``batch(databases) -> (B, output_dim)``: every database of a stack fitted at once."""
+        if getattr(self, "_fast", None) is None:
+            raise AttributeError("batch")
+        return self._batch
+
+    @property
+    def pair_batch(self):
+        """``pair_batch(D, D′) -> (outputs of D, outputs of D′)``: D′ warm-started from D (logistic model)."""
+        if getattr(self, "_fast", None) is None or self._fast.kind != "logistic":
+            raise AttributeError("pair_batch")
+        return self._pair_batch
+
+    def _stack(self, databases) -> tuple[np.ndarray, np.ndarray]:
+        """Features (B, n, p) and labels (B, n) of a stack, checked as :meth:`split` checks one database."""
+        db = np.asarray(databases, dtype=np.float64)
+        width = self.n_features + 1
+        if db.ndim != 3 or db.shape[2] != width or db.shape[1] < 1:
+            raise TargetError(f"a stack of databases of shape (B, n, {width}) was expected, got {db.shape}")
+        if not np.all(np.isfinite(db)):
+            raise TargetError("records must be finite numbers")
+        y = db[:, :, self.n_features]
+        if self.classes is not None and not np.all(np.isin(y, self.classes)):
+            raise TargetError("a class label outside the public fit's classes")
+        if self.integer_labels and not np.all(y == np.round(y)):
+            raise TargetError("class labels (the last column) must be whole numbers")
+        return self._fast.features(db[:, :, : self.n_features]), y
+
+    def _batch(self, databases) -> np.ndarray:
+        fast = self._fast
+        X, y = self._stack(databases)
+        if fast.kind == "logistic":
+            w, b, ok, _ = fast.logistic(X, (y == fast.classes[1]).astype(np.float64), self.start)
+            out = fast.vectors(w, b)
+            out[~ok] = np.nan  # a class missing, or no convergence: the pair fails, as its fit does
+            return out
+        w, b, ok = fast.linear(X, y)
+        out = fast.vectors(w, b)
+        for i in np.flatnonzero(~ok):  # ill-conditioned: scikit-learn's own fit, the released function
+            out[i] = self(np.asarray(databases)[i])
+        return out
+
+    def _pair_batch(self, d, d_prime) -> tuple[np.ndarray, np.ndarray]:
+        fast = self._fast
+        Xa, ya = self._stack(d)
+        Xb, yb = self._stack(d_prime)
+        pos = fast.classes[1]
+        w, b, ok, warm = fast.logistic(Xa, (ya == pos).astype(np.float64), self.start)
+        w2, b2, ok2 = fast.logistic_from(Xb, (yb == pos).astype(np.float64), warm, ok)
+        if not ok.all():  # D′ of a pair whose D failed: from its own cold start, as __call__ would
+            bad = np.flatnonzero(~ok)
+            w3, b3, ok3, _ = fast.logistic(Xb[bad], (yb[bad] == pos).astype(np.float64), self.start)
+            w2[bad], b2[bad], ok2[bad] = w3, b3, ok3
+        a, c = fast.vectors(w, b), fast.vectors(w2, b2)
+        a[~ok] = np.nan
+        c[~ok2] = np.nan
+        return a, c
 
     @property
     def output_dim(self) -> int:
@@ -106,14 +178,36 @@ class EstimatorTarget:
         return X, y
 
     def fit(self, database):
-        """The estimator fitted on ``database`` and canonicalised."""
+        """The estimator fitted on ``database`` and canonicalised (a binary logistic model with a fast form:
+        its released parameters set to the exact minimiser, :meth:`__call__`)."""
         X, y = self.split(database)
         model = clone(self.estimator)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.fit(X) if y is None else model.fit(X, y)
         canonicalise(model, self.references, self.kinds)
+        if self._exact():
+            value, at = self._exact_vector(database), 0
+            for path, shape in zip(self.params, self.shapes):
+                size = math.prod(shape)
+                assign(model, path, value[at: at + size].reshape(shape).copy())
+                at += size
         return model
+
+    def _exact(self) -> bool:
+        fast = getattr(self, "_fast", None)
+        return fast is not None and fast.kind == "logistic"
+
+    def _exact_vector(self, database) -> np.ndarray:
+        """The released parameters of a binary logistic model: the exact minimiser (raydp.sklearn.fast)."""
+        db = np.asarray(database, dtype=np.float64)
+        X, y = self.split(db)  # the checks of one database, with their messages
+        if np.unique(y).size < 2:
+            raise TargetError("the database holds a single class; a classifier needs both of the public fit's classes")
+        out = self._batch(db[None])[0]
+        if not np.all(np.isfinite(out)):
+            raise TargetError("the logistic regression did not converge on this database")
+        return out
 
     def vector(self, model) -> np.ndarray:
         """The released parameters of a fitted ``model``, flattened in path order."""
@@ -127,6 +221,8 @@ class EstimatorTarget:
         return np.concatenate(parts)
 
     def __call__(self, database) -> np.ndarray:
+        if self._exact():
+            return self._exact_vector(database)
         return self.vector(self.fit(database))
 
     def identity(self) -> dict:
@@ -139,6 +235,7 @@ class EstimatorTarget:
                            "class": content_fields(type(self.estimator)), "released": self.params,
                            "shapes": [list(s) for s in self.shapes], "supervised": self.supervised,
                            "integer_labels": self.integer_labels, "n_features": self.n_features,
+                           **({"solver": self._fast.identity()} if self._exact() else {}),
                            "canonical": {k: {"kind": v, "reference_sha256": _digest(self.references[k])}
                                          for k, v in sorted(self.kinds.items())},
                            "sklearn": sklearn.__version__,

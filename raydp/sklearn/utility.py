@@ -197,26 +197,63 @@ def pilot_sensitivities(target, oracle, n: int, mechanisms: list, *, max_pairs: 
     t0 = time.perf_counter()
     gs = {m.name: [] for m in mechanisms}
     failed = pairs = 0
-    for i in range(max_pairs):
+    chunk = PILOT_CHUNK if _block_form(target) else 1
+    i = 0
+    while i < max_pairs:
         if i >= min_pairs and seconds is not None and time.perf_counter() - t0 > seconds:
             break
-        rng = np.random.default_rng([_PILOT_SEED, n, i])
-        records = np.asarray(oracle.sample(rng, n + 1), dtype=np.float64)
-        d, d_prime = records[:n], np.concatenate([records[: n - 1], records[n:]])
-        pairs += 1
-        try:
-            a, b = np.asarray(target(d), dtype=np.float64), np.asarray(target(d_prime), dtype=np.float64)
-        except (RaydpError, ValueError, ArithmeticError):
-            failed += 1  # a public draw the fit cannot take: no stand-in from it (nothing is released from a pilot)
-            continue
-        for m in mechanisms:
-            g = float(m.distance(m.embed(a)[None, :], m.embed(b)[None, :])[0])
-            if math.isfinite(g):
-                gs[m.name].append(g)
+        count = min(chunk, max_pairs - i) if i >= min_pairs else min(chunk, min_pairs - i)
+        ds, dps = [], []
+        for j in range(i, i + count):
+            rng = np.random.default_rng([_PILOT_SEED, n, j])
+            records = np.asarray(oracle.sample(rng, n + 1), dtype=np.float64)
+            ds.append(records[:n])
+            dps.append(np.concatenate([records[: n - 1], records[n:]]))
+        i += count
+        pairs += count
+        for a, b in _pilot_outputs(target, ds, dps):
+            if a is None:
+                failed += 1  # a public draw the fit cannot take: no stand-in from it (nothing is released from a pilot)
+                continue
+            for m in mechanisms:
+                g = float(m.distance(m.embed(a)[None, :], m.embed(b)[None, :])[0])
+                if math.isfinite(g):
+                    gs[m.name].append(g)
     if min(len(v) for v in gs.values()) < 2:
         return None
     q = {name: float(np.quantile(v, PILOT_QUANTILE, method="higher")) for name, v in gs.items()}
     return Pilot(pairs=pairs, failed=failed, seconds=time.perf_counter() - t0, sensitivities=q)
+
+
+#: Pilot pairs evaluated at once by a target with a block form (its ``pair_batch`` or ``batch``).
+PILOT_CHUNK = 16
+
+
+def _block_form(target) -> bool:
+    return callable(getattr(target, "pair_batch", None)) or callable(getattr(target, "batch", None))
+
+
+def _pilot_outputs(target, ds: list, dps: list):
+    """``(f(D), f(D′))`` of each pilot pair, ``(None, None)`` where the fit fails: a chunk at once through the
+    target's block form (the same parameters as its fit, :mod:`raydp.sklearn.fast`), pair by pair otherwise
+    or when the block form raises."""
+    if len(ds) > 1 and _block_form(target):
+        try:
+            d, dp = np.stack(ds), np.stack(dps)
+            pair_batch = getattr(target, "pair_batch", None)
+            a, b = pair_batch(d, dp) if callable(pair_batch) else (target.batch(d), target.batch(dp))
+            a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+            ok = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1)
+            return [(a[j], b[j]) if ok[j] else (None, None) for j in range(len(ds))]
+        except (RaydpError, ValueError, ArithmeticError):
+            pass
+    out = []
+    for d, dp in zip(ds, dps):
+        try:
+            out.append((np.asarray(target(d), dtype=np.float64), np.asarray(target(dp), dtype=np.float64)))
+        except (RaydpError, ValueError, ArithmeticError):
+            out.append((None, None))
+    return out
 
 
 def _noised(mechanism, vec: np.ndarray, sensitivity: float, rng: np.random.Generator) -> np.ndarray:
@@ -230,25 +267,39 @@ def _noised(mechanism, vec: np.ndarray, sensitivity: float, rng: np.random.Gener
 
 
 def simulate(skeleton_model, target, oracle, n: int, sensitivity: float, mechanisms: dict, repeats: int = 5,
-             test_records: int | None = None, seed: int = _PREVIEW_SEED) -> UtilityPreview:
-    """The preview: ``mechanisms`` maps each ε to the mechanism that would release at it."""
+             test_records: int | None = None, seed: int = _PREVIEW_SEED, cache: dict | None = None) -> UtilityPreview:
+    """The preview: ``mechanisms`` maps each ε to the mechanism that would release at it. ``cache`` (a dict,
+    one per target, skeleton and oracle) keeps each repeat's draws, fit and noise-free scores, so that
+    previews of other mechanisms or Δ̂s of the same target do not fit it again (the noise is drawn afresh
+    from the same seeded stream: the same preview as without the cache)."""
     if not mechanisms:
         raise RaydpError("no epsilon to preview")
     test_records = max(n, 200) if test_records is None else test_records
     per_eps = {eps: [] for eps in mechanisms}
     clean, trivial = [], []
+    cache = {} if cache is None else cache
     for r in range(repeats):
-        rng = np.random.default_rng([seed, r])
-        train = np.asarray(oracle.sample(rng, n), dtype=np.float64)
-        test = np.asarray(oracle.sample(rng, test_records), dtype=np.float64)
-        Xtr, ytr = target.split(train)
-        Xte, yte = target.split(test)
-        try:
-            vec = target(train)
-        except RaydpError:
-            continue  # a public draw the fit cannot take (a class missing): not a preview of anything
-        clean.append(_score(with_params(skeleton_model, target, vec), Xte, yte))
-        t = _trivial(skeleton_model, Xtr, ytr, Xte, yte)
+        key = (n, test_records, seed, r)
+        if key not in cache:
+            rng = np.random.default_rng([seed, r])
+            train = np.asarray(oracle.sample(rng, n), dtype=np.float64)
+            test = np.asarray(oracle.sample(rng, test_records), dtype=np.float64)
+            Xtr, ytr = target.split(train)
+            Xte, yte = target.split(test)
+            try:
+                vec = target(train)
+            except RaydpError:
+                cache[key] = None  # a public draw the fit cannot take (a class missing): not a preview of anything
+                continue
+            cache[key] = (vec, Xte, yte, _score(with_params(skeleton_model, target, vec), Xte, yte),
+                          _trivial(skeleton_model, Xtr, ytr, Xte, yte), rng.bit_generator.state)
+        entry = cache[key]
+        if entry is None:
+            continue
+        vec, Xte, yte, score, t, state = entry
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state  # the stream just past the draws, as without the cache
+        clean.append(score)
         if t is not None:
             trivial.append(t)
         for eps, mech in mechanisms.items():

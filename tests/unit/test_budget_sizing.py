@@ -14,7 +14,7 @@ import numpy as np
 import raydp
 from raydp import SamplerOptions, oracles
 from raydp.engine import AutoBackend, RayBackend
-from raydp.sampler import WARM_EVALUATIONS
+from raydp.sampler import CONFIRM_EVALUATIONS, WARM_EVALUATIONS
 
 
 class SlowFirstCall:
@@ -43,12 +43,14 @@ def test_the_fastest_timed_evaluation_prices_a_pair_not_the_cold_first_call():
     assert sizing["where"] == "in process"
 
 
-def test_a_cold_call_that_eats_the_warm_share_is_the_only_timing():
+def test_a_cold_call_that_eats_the_warm_share_is_confirmed_by_warm_calls_before_a_refusal():
     target = SlowFirstCall(first=0.2)
     est = raydp.estimate_sensitivity(target, oracles.normal(dim=1), 20, gamma=0.3,
                                      options=SamplerOptions(seed=0, backend="local", time_budget=1.0))
-    # 5% of a 1 s budget is 0.05 s: the 0.2 s probe already spent it, so nothing more is timed
-    assert est.sizing["timed_evaluations"] == 1 and est.sizing["pair_seconds"] >= 0.4
+    # 5% of a 1 s budget is 0.05 s: the 0.2 s probe already spent it. Priced on it alone the fewest pairs (24 at
+    # 0.4 s) would not fit the budget, and a budget is a cap: warm calls are timed before refusing, and price it
+    assert est.sizing["timed_evaluations"] == 1 + CONFIRM_EVALUATIONS and est.sizing["pair_seconds"] < 0.05
+    assert est.plan.m == est.sizing["m"] and est.sizing["estimated_seconds"] <= 1.0
 
 
 def test_the_warm_timings_leave_the_sample_alone():

@@ -148,7 +148,9 @@ def test_large_epsilon_recovers_the_non_private_model(cancer):
     pe = PrivateEstimator(LogisticRegression(C=0.5), oracle=oracles.bootstrap(public), epsilon=1e6, **FAST, options=SamplerOptions(seed=0))
     pe.fit(Xtr, ytr)
     assert pe.estimate_.sensitivity < 1.0
-    plain = LogisticRegression(C=0.5).fit(Xtr, ytr)
+    # the released function of a binary logistic model is the exact minimiser of scikit-learn's objective
+    # (raydp.sklearn.fast): scikit-learn's own fit to a tight tol is the non-private model it stands for
+    plain = LogisticRegression(C=0.5, tol=1e-10, max_iter=10_000).fit(Xtr, ytr)
     assert np.max(np.abs(linear_vector(pe.estimator_) - linear_vector(plain))) < 1e-3
     assert plain.score(Xte, yte) > 0.9 and pe.score(Xte, yte) >= plain.score(Xte, yte) - 0.03
 
@@ -396,9 +398,9 @@ def test_auto_samples_one_sensitivity_and_the_pilot_spends_part_of_the_budget(ca
                           time_budget=2.0, options=SamplerOptions(seed=0, backend="local")).fit(X, y)
     choice = pe.mechanism_choice_
     assert [name for name, _ in sampled] == [choice["mechanism"]]  # one Δ̂, of the chosen mechanism only
-    # the budget less the pilot's seconds (to 0.1 s, never below half of it) went to that Δ̂
+    # what the fit's clock had left after the pilot, less the release still to come, went to that Δ̂
     budget = sampled[0][1]
-    assert budget == max(round(2.0 - choice["pilot"]["seconds"], 1), 1.0)
+    assert 0 < budget < 2.0 - choice["pilot"]["seconds"]
     assert pe.estimate_.sizing["budget_seconds"] == budget and 20 <= choice["pilot"]["pairs"] <= 200
     assert set(choice["previews"]) == {"gaussian", "laplace"} and "pilot pairs" in choice["reason"]
 
@@ -664,7 +666,8 @@ def test_diffprivlib_runner_in_its_own_environment(tmp_path):
 
 @pytest.mark.subprocess
 def test_sklearn_utility_one_liner_tiny(tmp_path):
-    """``--one-liner`` at a tiny plan (γ = 0.3, a 1 s budget), two sets, two splits: every line of the table with its
+    """``--one-liner`` at a tiny plan (γ = 0.3, a 5 s budget: a cap on the whole fit, which tune=True on wine needs),
+    two sets, two splits: every line of the table with its
     numbers, the old defaults at the fewest pairs, the raw regression line judged useless and warned (in process, no
     threads to lose the warning), refused before any charge, beaten by the search; the calibration counts every
     release, Δ̂'s spread has both variants, and one fit timed in a fresh process."""
@@ -672,7 +675,7 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
 
     out = tmp_path / "out"
     code, stdout, err = run_job("sklearn_utility.py", "--one-liner", "--sets", "wine", "diabetes", "--repeats", 2,
-                                "--gamma", 0.3, "--time-budget", 1, "--releases", 1, "--spread-seeds", 2,
+                                "--gamma", 0.3, "--time-budget", 5, "--releases", 1, "--spread-seeds", 2,
                                 "--wall-time-repeats", 1, "--wall-time-where", "local", "--wall-time-set", "wine",
                                 "--backend", "local", "--diffprivlib-python", "none", "--out", out, "--quiet",
                                 cwd=tmp_path, timeout=300)
@@ -687,14 +690,14 @@ def test_sklearn_utility_one_liner_tiny(tmp_path):
         assert f["interval"][0] <= f["preview"] + 1e-9 and f["preview"] - 1e-9 <= f["interval"][1]
         if f["line"] == "before":   # the old defaults: the fewest pairs, Gaussian
             assert (f["m"], f["k"], f["mechanism"], f["sizing"]) == (24, 24, "gaussian", None)
-        if f["line"] == "after":    # both mechanisms previewed on the pilot's pairs; the budget less the pilot sized m
+        if f["line"] == "after":    # both mechanisms previewed on the pilot's pairs; what the fit had left sized m
             assert set(f["previews_by_mechanism"]) == {"gaussian", "laplace"} and f["pilot"]["pairs"] >= 20
-            assert f["sizing"]["budget_seconds"] == max(round(1.0 - f["pilot"]["seconds"], 1), 0.5)
+            assert 0 < f["sizing"]["budget_seconds"] < 5.0 - f["pilot"]["seconds"]
         if f["line"] == "tuned":    # the README's line: the model and the mechanism chosen on pilot pairs, then its Δ̂
             key = "ridge__alpha" if f["data"] == "diabetes" else "logisticregression__C"
             assert set(f["best_params"]) == {key, "publicclip"} and f["pilot"]["pairs"] >= 20
             assert set(f["previews_by_mechanism"]) == {"gaussian", "laplace"}
-            assert 0.5 <= f["sizing"]["budget_seconds"] <= 1.0
+            assert 0 < f["sizing"]["budget_seconds"] < 5.0
         # a release the preview calls useless or risky has warned (in process, nothing to lose the warning)
         assert f["warned"] or not (f["useless"] or f["risky"]) or f["line"] == "search"
     for r in range(2):              # raw diabetes, Ridge(alpha=1): Δ̂ drowns the release, and the fit says so

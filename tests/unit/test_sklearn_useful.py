@@ -267,8 +267,18 @@ def test_an_unsupervised_model_with_delta_keeps_the_gaussian_on_the_whole_budget
     """No score to preview a release of PCA by: nothing to choose between Laplace and the Gaussian, so the
     Gaussian is kept and sampled on the whole budget (each sampled on half of it and one thrown away before)."""
     X = np.random.default_rng(4).normal(0, 1, (400, 3)) * np.array([3.0, 1.0, 0.2])
-    pe = PrivateEstimator(PCA(2), oracle=oracles.bootstrap(X[:200]), epsilon=1.0, delta=1e-5, gamma=0.3,
-                          time_budget=1.0, options=OPT).fit(X[200:])
+    shares = []
+    real = PrivateEstimator._estimate
+
+    def recording(self, *args, share=1.0, **kwargs):
+        shares.append(share)
+        return real(self, *args, share=share, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PrivateEstimator, "_estimate", recording)
+        pe = PrivateEstimator(PCA(2), oracle=oracles.bootstrap(X[:200]), epsilon=1.0, delta=1e-5, gamma=0.3,
+                              time_budget=1.0, options=OPT).fit(X[200:])
     assert pe.release_.mechanism["name"] == "gaussian" and pe.mechanism_choice_["previews"] == {}
-    assert pe.estimate_.sizing["budget_seconds"] == 1.0  # the whole budget, not half
+    assert shares == [1.0]  # one Δ̂, on the whole of what the budget left for sampling, not half of it
+    assert 0 < pe.estimate_.sizing["budget_seconds"] < 1.0
     assert "gaussian kept: an unsupervised model has no score to preview a release by" in pe.statement()

@@ -1,8 +1,9 @@
-"""What a release costs: the sealed process it runs in, and the replay of the estimate's witness pairs.
+"""What a release costs: the sandbox it runs in, and the replay of the estimate's pairs.
 
-Since the private evaluation runs in a sealed process (:mod:`raydp.seal`) and every release first
-replays its estimate's witness pairs there (:mod:`raydp.engine.witness`), a release does more than
-evaluate the target once and add noise. This job measures how much more, for three targets:
+Since the private evaluation runs in a sandbox (:mod:`raydp.seal`; "sealed, not sandboxed" where
+bubblewrap is unavailable, and the report says which) and every release first replays 30 or more of
+its estimate's pairs there (:mod:`raydp.engine.witness`), a release does more than evaluate the target
+once and add noise. This job measures how much more, for three targets:
 
 * ``mean``: the built-in mean of n = 1000 Exp(1) records (a cheap target);
 * ``svm``: the paper's linear SVM, n = 1000 records of dimension 8 (``raydp.targets.svm(C=3)``);
@@ -11,13 +12,12 @@ evaluate the target once and add noise. This job measures how much more, for thr
 
 For each, in turn and ``--repeats`` times (interleaved, so the machine's noise falls on all alike):
 
-* ``in process``: the target evaluated here and the mechanism's noise added, nothing sealed, nothing
-  replayed — what a release did before it was sealed;
-* ``sealed``: ``sample_then_respond(..., replay=False)`` — the sealed process, no replay;
+* ``in process``: the target evaluated here and the mechanism's noise added, no sandbox, no replay;
+* ``sealed`` (the sandbox): ``sample_then_respond(..., replay=False)`` — the sandbox, no replay;
 * ``sealed + replay``: ``sample_then_respond(...)`` as a user calls it.
 
-The replay's cost is the difference of the last two: two evaluations per witness pair. The first
-release of a process also starts the template the sealed processes fork from (``first release``,
+The replay's cost is the difference of the last two: two evaluations per replayed pair. The first
+release of a process also starts the template the evaluations fork from (``first release``,
 measured in fresh interpreters): ``sample_then_respond`` and ``PrivateEstimator.fit`` start it while
 Δ̂ is sampled, so it is hidden behind any sampling longer than that.
 
@@ -139,14 +139,16 @@ def main(argv=None) -> int:
                      f"{max(med['sealed + replay'] - med['sealed'], 0.0):.4f} s",
                      f"{med['sealed + replay'] / med['in process']:.1f}×"])
     report.update(repeats=a.repeats, figures=figures, first_release=first)
-    md = _report.header("What a release costs: sealing and replay", report)
+    isolation = "sandboxed (bubblewrap)" if raydp.seal.sandbox_status()[0] else "sealed, not sandboxed"
+    report.update(isolation=isolation)
+    md = _report.header("What a release costs: the sandbox and replay", report)
     md += ("\nSeconds per release, median [min–max] of the repeats, taken in turn. *in process*: the target "
-           "evaluated here plus the noise (no seal, no replay). *sealed*: `replay=False`. *sealed + replay*: the "
-           "default. The replay column is the difference of the medians.\n\n")
-    md += _report.table(["target", "one evaluation", "in process", "sealed", "sealed + replay", "replay",
+           f"evaluated here plus the noise (no sandbox, no replay). *{isolation}*: `replay=False`. *+ replay*: "
+           "the default. The replay column is the difference of the medians.\n\n")
+    md += _report.table(["target", "one evaluation", "in process", isolation, "+ replay (default)", "replay",
                          "default / in process"], rows)
     if first:
-        md += (f"\n\nThe first release of a process also starts the template of the sealed processes: "
+        md += (f"\n\nThe first release of a process also starts the template the evaluations fork from: "
                f"{_report.spread_text([f[0] for f in first], '{:.2f}')} s for the first release against "
                f"{_report.spread_text([f[1] for f in first], '{:.3f}')} s for the second ({len(first)} fresh "
                "interpreters). `sample_then_respond` and `PrivateEstimator.fit` start it while Δ̂ is sampled.\n")

@@ -41,6 +41,7 @@ import _report  # noqa: E402
 import raydp  # noqa: E402
 from raydp import SamplerOptions, oracles  # noqa: E402
 from raydp.sklearn import PrivateEstimator, fast  # noqa: E402
+from raydp.testing.cold import Cold  # noqa: E402
 
 N, D = 400, 17
 
@@ -69,19 +70,6 @@ def _models():
 def _target(make, public):
     pe = PrivateEstimator(make(), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.05)
     return pe._skeleton(pe._checked_estimator(), oracles.bootstrap(public), N, public.shape[1] - 1, True).target
-
-
-class _Cold:
-    """A target without its block forms: every database fitted by ``__call__``, the function the release fits."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __call__(self, database):
-        return self.inner(database)
-
-    def identity(self):
-        return self.inner.identity()
 
 
 def _rate(target, oracle, m: int, seed: int) -> float:
@@ -117,7 +105,7 @@ def _pairs_section(repeats: int, before_m: int, after_m: int) -> dict:
         kw = dict(m=512, k=512, options=SamplerOptions(seed=11, block_size=64, keep_sample=True, backend="local",
                                                       progress=False))
         f = raydp.estimate_sensitivity(after, oracle, N, **kw)
-        c = raydp.estimate_sensitivity(_Cold(after), oracle, N, **kw)
+        c = raydp.estimate_sensitivity(Cold(after), oracle, N, **kw)
         out[name] = {"rates": rates, "max_g_difference": float(np.max(np.abs(f.sample - c.sample))),
                      "delta_hat": float(c.sensitivity),
                      "delta_hat_difference": float(abs(f.sensitivity - c.sensitivity)),

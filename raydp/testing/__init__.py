@@ -1,4 +1,4 @@
-"""Test tooling: auditing the guarantee (not used by the library itself).
+"""Test tooling: auditing the guarantee, and checking fast forms (not used by the library itself).
 
 Two independent checks, both statistical, both with a stated false-alarm rate:
 
@@ -9,6 +9,9 @@ Two independent checks, both statistical, both with a stated false-alarm rate:
   confidence bounds on ε and δ on a neighbouring pair, the white-box reference
   (:func:`exact_privacy`, each mechanism's own curve) and :class:`Miscalibrated`, a mechanism with a
   wrong noise scale.
+
+And :class:`raydp.testing.cold.Cold`: a target with its fast pair and block forms hidden, the reference
+those forms are checked against.
 
 >>> from raydp import testing
 >>> round(testing.median_of_uniforms_quantile(0.05, 21), 4)

@@ -13,6 +13,7 @@ import pytest
 
 import raydp
 from raydp import oracles, targets
+from raydp.testing.cold import Cold
 
 pytest.importorskip("sklearn")
 
@@ -24,19 +25,6 @@ TOL = 5e-6
 def neighbours(d, n, seed):
     rec = oracles.svm_two_class(d).sample(np.random.default_rng(seed), n + 1)
     return rec[:n], np.concatenate([rec[: n - 1], rec[n:]])
-
-
-class NoPair:
-    """The SVM target without the pair hook: the engine falls back to two cold calls."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __call__(self, database):
-        return self.inner(database)
-
-    def identity(self):
-        return self.inner.identity()
 
 
 @pytest.mark.parametrize("d,n", [(2, 1000), (8, 1000), (2, 200), (5, 300), (16, 200)])
@@ -111,7 +99,7 @@ def test_estimate_same_with_and_without_pair_path():
     t = CountingSVM(C=3)
     kw = dict(oracle=oracles.svm_two_class(2), n=300, m=60, seed=4, keep_sample=True, progress=False)
     with_pair = raydp.estimate_sensitivity(t, **kw)
-    cold = raydp.estimate_sensitivity(NoPair(t), **kw)
+    cold = raydp.estimate_sensitivity(Cold(t), **kw)
     assert with_pair.failures == cold.failures == 0
     assert np.all(np.abs(with_pair.sample - cold.sample) < TOL)
     assert abs(with_pair.sensitivity - cold.sensitivity) < TOL

@@ -24,6 +24,7 @@ import raydp
 from raydp import SamplerOptions, oracles
 from raydp.sklearn import PrivateEstimator, PublicClip, fast
 from raydp.sklearn.fast import RTOL
+from raydp.testing.cold import Cold
 
 
 def _regression(n=1200, d=17, seed=0):
@@ -115,19 +116,6 @@ def test_logistic_pairs_warm_started_agree_with_cold_exact_fits_and_scikit_learn
     assert np.max(np.abs(ca[0] - vec)) <= 1e-4 * (1 + np.max(np.abs(vec)))
 
 
-class Hidden:
-    """The same target without its block forms: the engine then fits each database on its own."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __call__(self, database):
-        return self.inner(database)
-
-    def identity(self):
-        return self.inner.identity()
-
-
 @pytest.mark.parametrize("make,data", [(lambda: make_pipeline(StandardScaler(), LogisticRegression()), _classification),
                                        (lambda: Ridge(alpha=1.0), _regression)], ids=["pipeline", "ridge"])
 def test_the_sampled_g_is_the_g_of_the_released_function(make, data):
@@ -136,7 +124,7 @@ def test_the_sampled_g_is_the_g_of_the_released_function(make, data):
     kw = dict(oracle=oracles.bootstrap(public), n=150, m=64,
               options=SamplerOptions(seed=3, block_size=16, keep_sample=True, backend="local", progress=False))
     fast_est = raydp.estimate_sensitivity(t, **kw)
-    slow_est = raydp.estimate_sensitivity(Hidden(t), **kw)
+    slow_est = raydp.estimate_sensitivity(Cold(t), **kw)
     assert fast_est.failures == slow_est.failures == 0
     tol = 4 * RTOL * t.output_dim * max(1.0, float(np.max(np.abs(t(public[:150])))))
     assert np.max(np.abs(fast_est.sample - slow_est.sample)) <= tol

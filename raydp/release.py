@@ -77,9 +77,11 @@ class Release:
                      "before any G was drawn")
         if self.replay is not None and (self.replay.skipped is not None or self.replay.reused):
             text += f"; {self.replay.words()}"
-        if self.isolation == "sandboxed":
+        if self.isolation is not None and self.isolation.startswith("sandboxed"):
             text += ("; the target saw the private data only in a sandbox (no network, read-only files, its own "
                      "processes, limits) and only its checked value came back")
+            if self.isolation != "sandboxed":
+                text += " (without its seccomp filter: libseccomp could not be loaded)"
         elif self.isolation is not None:
             text += (f"; {self.isolation}: the target saw the private data in a process of its own without "
                      "namespaces (bubblewrap unavailable)")

@@ -617,7 +617,9 @@ class Sealed:
 
     @property
     def isolation(self) -> str:
-        return "sandboxed" if self.sandboxed else "sealed, not sandboxed"
+        if not self.sandboxed:
+            return "sealed, not sandboxed"
+        return "sandboxed" if getattr(self.template, "filtered", False) else "sandboxed without its seccomp filter"
 
     def _recv_bytes(self, maxlength: int, timeout: float | None) -> bytes:
         """One message of at most ``maxlength`` bytes, within ``timeout`` seconds; anything else ends the

@@ -81,6 +81,7 @@ REPORTS = {  # stem in jobs/results -> (title, the job that writes it)
     "release_cost": ("What a release costs: the sandbox and replay", "release_cost.py"),
     "serve_throughput": ("raydp serve: releases per second", "serve_throughput.py"),
     "sklearn_pair_speed": ("Cheaper pairs for scikit-learn models", "sklearn_pair_speed.py"),
+    "replay_power": ("Replay with measured power", "replay_power.py"),
 }
 ENGINE = "raydp/engine"   # what the reports measure; a change there can move every figure
 

@@ -11,7 +11,7 @@ differs (:mod:`raydp.engine.witness`).
   G (r = the pairs that fit in 5 % of the sampling time, at least 30, at most m), and the pair that set Δ̂ —
   ``sample_then_respond`` as a user calls it.
 
-**The power table.** The issue's hostile case: a target (a mean, n = 50, γ = 0.1: m = 285) multiplies its
+**The power table.** A hostile case: a target (a mean, n = 50, γ = 0.1: m = 285) multiplies its
 answer by a factor read from a configuration file; after Δ̂ was sampled the file changes so that a share q
 of databases — picked by a hash of the database's bytes — give 1000×. For q = 0.1 and 0.3 and 20 seeds each
 (the estimate's seed; the release's pairs are drawn from OS entropy, as in use), the table counts the

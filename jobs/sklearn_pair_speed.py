@@ -1,13 +1,13 @@
 """Pairs per second of scikit-learn targets with and without their fast forms, and the one-liner's time, m and Δ̂.
 
-Issue 36: the same time budget should buy far more pairs once a pair is cheap. In one process, on one machine:
+The same time budget buys far more pairs when a pair is cheap. In one process, on one machine:
 
 * ``pairs``: pairs per second the sampler evaluates (``estimate_sensitivity``, in process, one core, BLAS
   held to one thread for both — on a busy machine scikit-learn's fits with two BLAS threads were several
   times slower, which would flatter the speed-up) for
   ``LogisticRegression()``, ``Ridge()`` and ``make_pipeline(StandardScaler(), LogisticRegression())`` at
   n = 400 records of d = 17 features — *before*: the targets made inside ``raydp.sklearn.fast.disabled()``
-  (every database fitted by scikit-learn, as before issue 36), *after*: with their fast forms (batched normal
+  (every database fitted by scikit-learn), *after*: with their fast forms (batched normal
   equations; the exact logistic minimiser, D′ warm-started from D). Repeats are interleaved, so the
   machine's load falls on both alike. Next to it, how far the fast G are from the released function's: the
   same pairs evaluated through the block form and database by database (``__call__``, the function the
@@ -16,7 +16,7 @@ Issue 36: the same time budget should buy far more pairs once a pair is cheap. I
   epsilon=1, delta=1e-5, gamma=0.05, tune=True)``, ``backend="local"``, the default 20 s budget) on the
   README's data (breast cancer, 199 private training rows, 30 columns) and on a 400-row, 17-column
   ``make_classification`` set, for ``--seeds`` seeds, before and after: wall time, m and Δ̂ and its spread
-  across the seeds (sd / mean). *Before* is the fit issue 36 reported: no fast forms and the fewest pairs γ
+  across the seeds (sd / mean). *Before* is the fit without them: no fast forms and the fewest pairs γ
   allows (``time_budget=None``: m = k = 1305, Δ̂ the largest G); *after*: the line as written (20 s budget).
 
     python jobs/sklearn_pair_speed.py                  # ~10 min on 2 cores
@@ -154,7 +154,7 @@ def line_section(seeds: int) -> dict:
         public, X, y, Xt, yt = _line_data(which)
         runs = {"before": [], "after": []}
         for seed in range(seeds):
-            with fast.disabled():  # the fit issue 36 measured: scikit-learn's fits, the fewest pairs
+            with fast.disabled():  # the fit without fast forms: scikit-learn's fits, the fewest pairs
                 runs["before"].append(_line(public, X, y, Xt, yt, seed, time_budget=None))
             runs["after"].append(_line(public, X, y, Xt, yt, seed))
             print(f"{which}, seed {seed}: " + "; ".join(
@@ -173,7 +173,7 @@ def markdown(report: dict) -> str:
     p = report["pairs"]
     md += (f"\nPairs per second in process (one core, `estimate_sensitivity`, n = {N}, d = {D}), median [min–max] of "
            f"{report['repeats']} interleaved repeats: *before* the targets are made inside "
-           "`raydp.sklearn.fast.disabled()` (every database fitted by scikit-learn, as before issue 36; "
+           "`raydp.sklearn.fast.disabled()` (every database fitted by scikit-learn; "
            f"{report['before_m']} pairs a run), *after* with their fast forms ({report['after_m']} pairs a run). "
            "*G vs released*: the same 512 pairs through the fast form and database by database through the "
            "function the release fits (`__call__`), the largest difference of a G and of Δ̂ = G_(512).\n\n")
@@ -191,9 +191,9 @@ def markdown(report: dict) -> str:
     if "line" in report:
         md += ("\n## The one-liner\n\nThe README's line (`tune=True`, ε = 1, δ = 1e-5, γ = 0.05, `backend=\"local\"`), "
                "the fit alone, per seed (`SamplerOptions(seed=...)`), in this machine's default threads. *After*: "
-               "the line as written (the default 20 s budget). *Before*: the fit issue 36 measured — inside "
+               "the line as written (the default 20 s budget). *Before*: the fit without fast forms — inside "
                "`raydp.sklearn.fast.disabled()` and with `time_budget=None`, the fewest pairs γ allows (m = k = 1305, "
-               "Δ̂ the largest G: what every fit of the issue's runs got, its 20 s budget buying no more on a loaded "
+               "Δ̂ the largest G: what a 20 s budget bought on a loaded "
                "machine). Δ̂ spread is sd / mean across the seeds.\n\n")
         rows = []
         for which, w in report["line"].items():

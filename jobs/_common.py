@@ -32,7 +32,7 @@ def add_common_flags(parser: argparse.ArgumentParser, *, out_default: str, store
     --pair-timeout --time-budget --no-replay, and --store --resume with ``store``) and --out."""
     from raydp.cli import add_sampler_flags
 
-    add_sampler_flags(parser, store=store, seed_default=0, store_aliases=())
+    add_sampler_flags(parser, store=store, seed_default=0)
     parser.add_argument("--out", default=out_default, metavar="DIR", help=f"output directory (default: {out_default})")
 
 

@@ -289,11 +289,11 @@ def cheap_row(args, n: int, m: int, k: int, bs: int) -> dict:
 
 
 def section_cheap(args, cores: int) -> dict:
-    m_small = raydp.plan(gamma=0.01)
+    m_small = raydp.make_plan(gamma=0.01)
     rows = []
     for n in args.ns:
         for m in [m_small.m, args.m_big] + ([args.m_huge] if n == min(args.ns) and args.m_huge else []):
-            k = m_small.k if m == m_small.m else raydp.plan(m=m, gamma=0.01).k
+            k = m_small.k if m == m_small.m else raydp.make_plan(m=m, gamma=0.01).k
             bs = default_block_size(n, m, batched=True)
             say(args, f"cheap: n={n} m={m} (block {bs}) ...")
             row = cheap_row(args, n, m, k, bs)
@@ -420,7 +420,7 @@ def section_svm(args, cores: int) -> dict:
     from joblib import Parallel, delayed
 
     n, dim, m, C = args.svm_n, args.svm_dim, args.svm_m, 3.0
-    p = raydp.plan(m=m, gamma=args.svm_gamma)
+    p = raydp.make_plan(m=m, gamma=args.svm_gamma)
     bs = default_block_size(n, m)
     blocks = BlockLayout(m, bs).blocks()
     say(args, f"svm: n={n} d={dim} m={m} k={p.k} block {bs}; serial ...")
@@ -563,7 +563,7 @@ def section_overheads(args, cores: int) -> dict:
     say(args, "overheads: reduce time at the largest m ...")
     m = max(args.scaling_ms + [args.m_big])
     bs = default_block_size(10, m, batched=True)
-    p = raydp.plan(m=m, gamma=0.01)
+    p = raydp.make_plan(m=m, gamma=0.01)
     big = PairJob(targets.mean(), oracles.exponential(1.0), raydp.Laplace(1.0), 10, m, 0, bs, 1)
     results = list(LocalBackend().run(big, big.layout.blocks()))
     compact = [r.compacted(p.keep) for r in results]

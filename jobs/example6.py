@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         raise InvalidArgumentError(f"--ms must be positive integers, got {ms}")
     grids = {}
     for m in ms:
-        raydp.plan(m=m)  # m too small for any γ < 1: one-line error before any work
+        raydp.make_plan(m=m)  # m too small for any γ < 1: one-line error before any work
         grids[m] = gamma_grid(m, a.gamma_max, a.points)
         if not grids[m]:
             print(f"note: m={m} skipped: it certifies only gamma >= {min_gamma(m):.4g} > --gamma-max "
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         grid = grids[m]
         values = np.empty((a.repeats, len(grid)))
-        ks = [raydp.plan(m=m, gamma=g).k for g in grid]
+        ks = [raydp.make_plan(m=m, gamma=g).k for g in grid]
         for r in range(a.repeats):
             est = raydp.estimate_sensitivity(target, oracle, a.n, mechanism=mech, m=m,
                                              options=replace(options, seed=repeat_seed(a.seed, m, r)))

@@ -181,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     epsilons = sorted(dict.fromkeys(a.epsilons))
     if any(not (e > 0 and math.isfinite(e)) for e in epsilons):
         raise InvalidArgumentError(f"--epsilons must be finite and > 0, got {epsilons}")
-    raydp.plan(m=m)  # m too small for any gamma: fail before any work
+    raydp.make_plan(m=m)  # m too small for any gamma: fail before any work
     gammas, skipped = [], []
     for g in dict.fromkeys(a.gammas):
         try:
-            raydp.plan(m=m, gamma=g)
+            raydp.make_plan(m=m, gamma=g)
             gammas.append(g)
         except PlanError:
             skipped.append(g)

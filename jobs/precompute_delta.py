@@ -178,7 +178,7 @@ def on_local_cluster(a, argv: list[str] | None) -> int:
     store = os.path.abspath(store)
     if os.path.exists(store) and not a.resume:
         raise ValueError(f"store {store} exists; remove it or pass --resume")
-    m = raydp.plan(gamma=a.gamma, m=a.m, k=a.k).m if (a.gamma or a.m) else raydp.plan(gamma=EXAMPLE["gamma"]).m
+    m = raydp.make_plan(gamma=a.gamma, m=a.m, k=a.k).m if (a.gamma or a.m) else raydp.make_plan(gamma=EXAMPLE["gamma"]).m
     base = [sys.executable, os.path.abspath(__file__), *_driver_args(argv), "--store", store, "--json", "--quiet"]
     if a.full_size_demo:
         base += ["--gamma", str(a.gamma)]

@@ -483,7 +483,7 @@ def project(costs: Costs, svm: dict) -> list[dict]:
     t = svm["t_pair_s"]
     cv_pair = svm["pair_cv_est"]
     for gamma in GAMMAS:
-        m = raydp.plan(gamma=gamma).m
+        m = raydp.make_plan(gamma=gamma).m
         bs_def = default_block_size(SVM["n"], m)
         for cores in PROJECT_CORES:
             best = recommended_block_size(costs, m, t, cores, SVM["n"], cv_pair)
@@ -509,7 +509,7 @@ def expensive_targets(costs: Costs, gammas=(0.05, 0.01)) -> list[dict]:
 
     rows = []
     for gamma in gammas:
-        m = raydp.plan(gamma=gamma).m
+        m = raydp.make_plan(gamma=gamma).m
         bs = default_block_size(100, m)  # n only caps records per block; 100 is typical here
         for t_eval in EXPENSIVE:
             t = 2 * t_eval
@@ -557,7 +557,7 @@ def cloud_costs(costs: Costs, svm: dict, gamma: float = 0.001, workers=(2, 4, 8,
     import raydp
     from raydp.engine.blocks import default_block_size
 
-    m = raydp.plan(gamma=gamma).m
+    m = raydp.make_plan(gamma=gamma).m
     bs = default_block_size(SVM["n"], m)
     rows = []
     for w in workers:
@@ -576,7 +576,7 @@ def best_width(costs: Costs, svm: dict, gamma: float, target: float = 0.9) -> in
     import raydp
     from raydp.engine.blocks import default_block_size
 
-    m = raydp.plan(gamma=gamma).m
+    m = raydp.make_plan(gamma=gamma).m
     bs = default_block_size(SVM["n"], m)
     best = 1
     for cores in sorted(set(int(x) for x in np.unique(np.round(np.logspace(0, 4, 400))))):
@@ -908,7 +908,7 @@ def plot(report: dict, path: str) -> None:
     from raydp.engine.blocks import default_block_size
     cores = np.unique(np.round(np.geomspace(1, 4000, 80)).astype(int))
     for gamma in GAMMAS:
-        m = raydp.plan(gamma=gamma).m
+        m = raydp.make_plan(gamma=gamma).m
         bs = default_block_size(SVM["n"], m)
         ys = [predict(costs, m, svm["t_pair_s"], bs, int(c))["efficiency"] for c in cores]
         b.plot(cores, ys, label=f"γ = {gamma} (m = {m:,}, block {bs})")

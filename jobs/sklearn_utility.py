@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < a.delta < 1:
         raise InvalidArgumentError(f"--delta must lie in (0, 1), got {a.delta}")
     tasks = list(dict.fromkeys(a.tasks))
-    plan = raydp.plan(gamma=a.gamma)
+    plan = raydp.make_plan(gamma=a.gamma)
     dpl = a.diffprivlib_python
     if dpl is None:
         dpl = DEFAULT_DPL if os.path.exists(DEFAULT_DPL) else None

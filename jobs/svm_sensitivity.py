@@ -197,11 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     if any(d < 1 for d in dims):
         raise InvalidArgumentError(f"--dims must be positive integers, got {dims}")
     dims = list(dict.fromkeys(dims))
-    raydp.plan(m=a.m)  # m too small for any gamma: fail before any work
+    raydp.make_plan(m=a.m)  # m too small for any gamma: fail before any work
     gammas, skipped = [], []
     for g in dict.fromkeys(a.gammas):
         try:
-            raydp.plan(m=a.m, gamma=g)
+            raydp.make_plan(m=a.m, gamma=g)
             gammas.append(g)
         except PlanError:
             skipped.append(g)

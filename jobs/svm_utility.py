@@ -8,8 +8,8 @@ Four curves of misclassification rate on a fixed test set against ε (log grid 0
 
 * global        Δ = the Proposition-19 bound 2 + 2C√d (``svm_sensitivity.global_bound``; ``--bound``
                 picks the reading, see that job's docstring): ε-DP;
-* γ, opt. m     Δ̂ from the plan ``raydp.plan(gamma=γ)`` (γ = 0.05: m = k = 1305), (ε, γ)-RDP;
-* γ, m = 2000   Δ̂ from ``raydp.plan(m=2000, gamma=γ)`` (optimal k = 1983), (ε, γ)-RDP;
+* γ, opt. m     Δ̂ from the plan ``raydp.make_plan(gamma=γ)`` (γ = 0.05: m = k = 1305), (ε, γ)-RDP;
+* γ, m = 2000   Δ̂ from ``raydp.make_plan(m=2000, gamma=γ)`` (optimal k = 1983), (ε, γ)-RDP;
 * non-private   the SVM itself (no noise; the floor the private curves approach).
 
     python jobs/svm_utility.py                 # 50 repeats: ≈ 17 s on 2 cores (embedded Ray)
@@ -201,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     epsilons = sorted(dict.fromkeys(a.epsilons))
     if any(not (e > 0 and math.isfinite(e)) for e in epsilons):
         raise InvalidArgumentError(f"--epsilons must be finite and > 0, got {epsilons}")
-    plan_m = raydp.plan(gamma=a.gamma)                 # optimal m (Table 1, row 1)
-    plan_k = raydp.plan(m=a.m_opt_k, gamma=a.gamma)    # fixed m, optimal k (row 3); PlanError if γ too small
+    plan_m = raydp.make_plan(gamma=a.gamma)                 # optimal m (Table 1, row 1)
+    plan_k = raydp.make_plan(m=a.m_opt_k, gamma=a.gamma)    # fixed m, optimal k (row 3); PlanError if γ too small
 
     oracle = oracles.svm_two_class(a.d)
     target = targets.svm(C=a.C)

@@ -34,7 +34,7 @@ from .identity import RunIdentity
 from .ledger import Ledger
 from .mechanisms import Bernstein, Exponential, Gaussian, Laplace
 from .options import SamplerOptions
-from .plan import Plan, plan
+from .plan import Plan, make_plan  # the function; raydp.plan is the module
 from .release import Release, sample_then_respond
 from .sampler import estimate_sensitivity, load_estimate
 from .store import Store
@@ -42,7 +42,7 @@ from . import oracles, targets
 
 
 __all__ = [
-    "__version__", "plan", "Plan", "estimate_sensitivity", "SensitivityEstimate", "sample_then_respond",
+    "__version__", "make_plan", "Plan", "estimate_sensitivity", "SensitivityEstimate", "sample_then_respond",
     "Release", "Laplace", "Gaussian", "Exponential", "Bernstein", "oracles", "targets", "load_estimate",
     "RaydpError", "PlanError", "MechanismError", "OracleError", "TargetError", "EstimateMismatchError",
     "StoreError", "EngineError", "InvalidArgumentError", "InvalidTypeError", "Ledger", "BudgetError",

@@ -72,28 +72,15 @@ def build(spec: str, args_json: str | None, flag: str, factory_modules: tuple[st
     return obj
 
 
-def build_mechanism(name: str, args_json: str | None, epsilon: float | None = None, delta: float | None = None):
-    from . import mechanisms
+def build_mechanism(name: str, args_json: str | None, epsilon: float | None = None, delta: float | None = None, *,
+                    budget: bool = False):
+    """The mechanism ``--mechanism NAME`` gives with ``--mechanism-args`` (responses, lattice, calibration),
+    ``--epsilon`` and ``--delta``: :func:`raydp.mechanisms.as_mechanism`, as every entry point takes one.
+    ``budget=False`` (a sampling run): ε and δ may be left out, they do not change how G is measured."""
+    from .mechanisms.spec import as_mechanism
 
-    kwargs = _json_arg(args_json, "--mechanism-args") if args_json else {}
-    if epsilon is not None:
-        kwargs["epsilon"] = epsilon
-    if delta is not None:
-        if name != "gaussian":
-            raise InvalidArgumentError(f"--delta applies to the gaussian mechanism only; {name} is pure ε-DP (delta = 0)")
-        kwargs["delta"] = delta
-    kwargs.setdefault("epsilon", 1.0)  # ε does not change how G is measured
-    if name == "gaussian":
-        kwargs.setdefault("delta", 1e-6)
-        kwargs.setdefault("calibration", "analytic")
-    cls = {"laplace": mechanisms.Laplace, "gaussian": mechanisms.Gaussian,
-           "exponential": mechanisms.Exponential, "bernstein": mechanisms.Bernstein}[name]
-    try:
-        return cls(**kwargs)
-    except RaydpError:  # a parameter of the wrong type is a TypeError too, and already says which
-        raise
-    except TypeError as exc:
-        raise InvalidArgumentError(f"--mechanism-args do not fit the {name} mechanism: {exc}") from None
+    params = _json_arg(args_json, "--mechanism-args") if args_json else {}
+    return as_mechanism(name, epsilon, delta, params=params, budget=budget)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -103,25 +90,22 @@ def build_mechanism(name: str, args_json: str | None, epsilon: float | None = No
 _STORE_FIELDS = ("store", "resume")  # left out for a job that keeps its results elsewhere (store=False)
 
 
-def _add_flag(group, field: str, flag, option_default, *, default, aliases: tuple[str, ...] = (),
-              note: str = "") -> None:
+def _add_flag(group, field: str, flag, option_default, *, default, note: str = "") -> None:
     """``flag`` on ``group``; ``default`` is what argparse keeps when a value flag is not given."""
     text = flag.help.format(default=option_default) if "{default" in flag.help else flag.help
     if flag.type is None:  # a switch: given, the option takes the opposite of its default
         stored = True if flag.dest is not None else not option_default
-        group.add_argument(flag.name, *aliases, dest=flag.dest or field,
+        group.add_argument(flag.name, dest=flag.dest or field,
                            action="store_true" if stored else "store_false", help=text + note)
     else:
-        group.add_argument(flag.name, *aliases, dest=flag.dest or field, type=flag.type, metavar=flag.metavar,
+        group.add_argument(flag.name, dest=flag.dest or field, type=flag.type, metavar=flag.metavar,
                            choices=flag.choices, default=default, help=text + note)
 
 
-def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = None,
-                      store_aliases: tuple[str, ...] = ("--out",)) -> None:
+def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = None) -> None:
     """The flags of :class:`raydp.SamplerOptions` (and of the Ray backend it may use): one definition for
     ``raydp estimate`` and every job. ``store=False`` leaves out --store and --resume; ``seed_default``
-    is the seed when --seed is not given (a job's fixed default); ``store_aliases`` are other names of
-    --store."""
+    is the seed when --seed is not given (a job's fixed default)."""
     from .options import option_flags, ray_flags
 
     g = parser.add_argument_group("how the pairs are sampled (raydp.SamplerOptions)")
@@ -130,9 +114,6 @@ def add_sampler_flags(parser, *, store: bool = True, seed_default: int | None = 
             continue
         if field == "seed" and seed_default is not None:
             _add_flag(g, field, flag, option_default, default=seed_default, note=f" (default: {seed_default})")
-        elif field == "store":
-            _add_flag(g, field, flag, option_default, default=option_default, aliases=store_aliases,
-                      note=f" ({', '.join(store_aliases)}: the old name)" if store_aliases else "")
         else:
             _add_flag(g, field, flag, option_default, default=option_default)
         if field == "backend":  # the Ray backend's flags, next to the choice of backend; None: not given
@@ -168,9 +149,9 @@ def _add_plan_flags(p):
 
 
 def cmd_plan(a) -> int:
-    from .plan import plan
+    from .plan import make_plan
 
-    p = plan(**_plan_kwargs(a))
+    p = make_plan(**_plan_kwargs(a))
     if a.json:
         print(json.dumps(p.to_dict()))
     else:
@@ -213,7 +194,7 @@ def cmd_estimate(a) -> int:
 
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
     oracle = build(a.oracle, a.oracle_args, "--oracle", ("raydp.oracles",))
-    mech = build_mechanism(a.mechanism, a.mechanism_args)
+    mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
     if a.time_budget is not None and (a.m is not None or a.k is not None):
         raise InvalidArgumentError("--time-budget chooses m from --gamma; give --gamma alone with it (no --m or --k)")
     est = estimate_sensitivity(target, oracle, a.n, mechanism=mech, options=sampler_options(a), **_plan_kwargs(a))
@@ -291,9 +272,8 @@ def cmd_release(a) -> int:
         from .ledger import Ledger
 
         ledger = Ledger(a.ledger, epsilon_total=a.epsilon_total, delta_total=a.delta_total)
-    elif a.epsilon_total is not None or a.delta_total is not None or a.label is not None:
-        raise InvalidArgumentError("--epsilon-total, --delta-total (--budget-epsilon, --budget-delta) and --label "
-                                   "need --ledger PATH")
+    elif a.epsilon_total is not None or a.delta_total is not None or a.ledger_label is not None:
+        raise InvalidArgumentError("--epsilon-total, --delta-total and --ledger-label need --ledger PATH")
     from .seal import warm
 
     warm()
@@ -302,7 +282,7 @@ def cmd_release(a) -> int:
         raise InvalidArgumentError("--oracle-args needs --oracle")
     est = load_estimate(a.store, oracle=oracle)
     target = build(a.target, a.target_args, "--target", ("raydp.targets",))
-    mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta)
+    mech = build_mechanism(a.mechanism, a.mechanism_args, epsilon=a.epsilon, delta=a.delta, budget=True)
     from .tables import check_regular
 
     try:  # a FIFO, a device, a socket or a directory: refused from its stat, never opened (a FIFO would hang)
@@ -321,7 +301,7 @@ def cmd_release(a) -> int:
         why = exc if isinstance(exc, (OSError, RaydpError)) else type(exc).__name__  # numpy's text may quote data
         raise InvalidArgumentError(f"--data: cannot read {a.data!r} as .npy, .parquet or .csv ({why})") from None
     more = {} if a.respond_after is None else {"respond_after": a.respond_after}  # given: the library's keyword
-    r = sample_then_respond(data, target, mech, estimate=est, gamma=a.gamma, ledger=ledger, ledger_label=a.label,
+    r = sample_then_respond(data, target, mech, estimate=est, gamma=a.gamma, ledger=ledger, ledger_label=a.ledger_label,
                             replay=a.replay, **more)
     value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
     out = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
@@ -395,7 +375,10 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--n", type=int, required=True, help="database size (records)")
     _add_plan_flags(e)
     e.add_argument("--mechanism", choices=MECHANISMS, default="laplace", help="fixes the norm G is measured in")
-    e.add_argument("--mechanism-args", help="JSON kwargs for the mechanism (responses, lattice, dims, ...)")
+    e.add_argument("--mechanism-args", help="JSON kwargs for the mechanism (responses, lattice, dims, calibration); "
+                                            "ε and δ have their own flags")
+    e.add_argument("--epsilon", type=float, help="the mechanism's ε (optional: it does not change how G is measured)")
+    e.add_argument("--delta", type=float, help="the Gaussian mechanism's δ (optional, as --epsilon)")
     add_sampler_flags(e)
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_estimate)
@@ -408,8 +391,7 @@ def make_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_show)
 
     r = sub.add_parser("release", help="apply a stored estimate to a private data file")
-    r.add_argument("--store", "--estimate", dest="store", required=True,
-                   help="store URI written by raydp estimate --store (--estimate is the old name)")
+    r.add_argument("--store", required=True, help="store URI written by raydp estimate --store")
     r.add_argument("--data", required=True, help="private data, one row per record: .parquet or .csv with numeric columns only (the oracle's record fields in order; one column = scalar records, no missing cells), or .npy")
     r.add_argument("--target", required=True)
     r.add_argument("--target-args")
@@ -422,15 +404,14 @@ def make_parser() -> argparse.ArgumentParser:
                    help="release without recomputing the store's witness pairs with this target (the statement "
                         "says so; not advised)")
     r.add_argument("--mechanism", choices=MECHANISMS, default="laplace")
-    r.add_argument("--mechanism-args")
+    r.add_argument("--mechanism-args", help="JSON kwargs for the mechanism (responses, lattice, dims, calibration); "
+                                            "ε and δ have their own flags")
     r.add_argument("--epsilon", type=float, required=True)
-    r.add_argument("--delta", type=float)
+    r.add_argument("--delta", type=float, help="the Gaussian mechanism's δ (> 0); the others are ε-DP")
     r.add_argument("--ledger", help="privacy budget ledger (JSON file): charge this release, refuse it if over budget")
-    r.add_argument("--epsilon-total", "--budget-epsilon", dest="epsilon_total", type=float,
-                   help="check the ledger's total ε (fixed by `raydp ledger create`)")
-    r.add_argument("--delta-total", "--budget-delta", dest="delta_total", type=float,
-                   help="check the ledger's total δ (fixed by `raydp ledger create`)")
-    r.add_argument("--label", help="a note stored with the ledger entry (never private data)")
+    r.add_argument("--epsilon-total", type=float, help="check the ledger's total ε (fixed by `raydp ledger create`)")
+    r.add_argument("--delta-total", type=float, help="check the ledger's total δ (fixed by `raydp ledger create`)")
+    r.add_argument("--ledger-label", help="a note stored with the ledger entry (never private data)")
     r.add_argument("--respond-after", type=float, metavar="SECONDS",
                    help="answer (or fail) exactly SECONDS after the private data was sent, whatever the target's "
                         "time (a number > 0); a target still running then is stopped and the release fails")
@@ -445,8 +426,8 @@ def make_parser() -> argparse.ArgumentParser:
     led_sub = led.add_subparsers(dest="ledger_cmd", required=True, parser_class=_Parser)
     lc = led_sub.add_parser("create", help="create a ledger with its total ε and δ (never overwrites one)")
     lc.add_argument("path", help="ledger file (path or file:// URI)")
-    lc.add_argument("--epsilon-total", "--budget-epsilon", dest="epsilon_total", type=float, required=True)
-    lc.add_argument("--delta-total", "--budget-delta", dest="delta_total", type=float, default=0.0)
+    lc.add_argument("--epsilon-total", type=float, required=True)
+    lc.add_argument("--delta-total", type=float, default=0.0)
     lc.set_defaults(func=cmd_ledger_create)
     ls = led_sub.add_parser("show", help="entries, spend, remaining budget and the composed (ε, δ, γ)")
     ls.add_argument("path", help="ledger file (path or file:// URI)")

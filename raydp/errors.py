@@ -59,8 +59,8 @@ class BudgetError(RaydpError, ValueError):
 
 
 class UtilityError(RaydpError, ValueError):
-    """``strict=True`` and the release is expected to be no better than a trivial predictor (previewed on
-    public data); nothing was released or charged."""
+    """``on_useless="refuse"`` and the release is expected to be no better than a trivial predictor (previewed
+    on public data); nothing was released or charged."""
 
 
 class PlanTypeError(PlanError, TypeError):

@@ -11,7 +11,7 @@ from .engine.reduce import kth_smallest
 from .engine.witness import Replay, ReplayPlan, Witnesses, choose, fixed, records_of, replay_count
 from .errors import PlanError
 from .identity import RunIdentity
-from .plan import Plan, plan as make_plan
+from .plan import Plan, make_plan
 
 
 @dataclass(frozen=True)

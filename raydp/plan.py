@@ -2,7 +2,7 @@
 
 Pure maths, no Ray. Formulas follow Rubinstein & Aldà, "Pain-Free Random Differential Privacy with
 Sensitivity Sampling" (ICML 2017), Theorem 15 and Table 1; the documentation's method page states them
-with the reference values the tests check (``plan(gamma=0.05)`` gives m = k = 1305).
+with the reference values the tests check (``make_plan(gamma=0.05)`` gives m = k = 1305).
 
 Theorem 15: for γ ∈ (0, 1) and ρ ∈ (0, min{γ, 1/2}), if
 
@@ -10,10 +10,13 @@ Theorem 15: for γ ∈ (0, 1) and ρ ∈ (0, min{γ, 1/2}), if
 
 with k ≤ m, then Sample-Then-Respond is (ε, δ, γ)-random DP.
 
->>> p = plan(gamma=0.05)
+The function that builds a plan is :func:`make_plan`, also ``raydp.make_plan``: ``raydp.plan`` is this
+module (``import raydp.plan`` and ``from raydp.plan import plan_for`` reach it).
+
+>>> p = make_plan(gamma=0.05)
 >>> (p.m, p.k, p.mode)
 (1305, 1305, 'm')
->>> round(plan(m=1000).gamma, 7)
+>>> round(make_plan(m=1000).gamma, 7)
 0.0564677
 """
 
@@ -29,6 +32,9 @@ from scipy.special import lambertw
 
 from .errors import PlanError
 from .validation import check_gamma, check_int, fail
+
+__all__ = ["Plan", "make_plan", "plan_for", "format_up", "gamma_lo", "rho_for_gamma", "rho_for_m", "min_gamma",
+           "MIN_M", "MIN_GAMMA", "MAX_M", "SIZES", "MAX_SIZED_M", "MODES"]
 
 MODES = ("m", "gamma", "k", "manual")
 
@@ -223,7 +229,7 @@ def _round_up(x: float, digits: int = 3) -> float:
 MIN_GAMMA = _round_up(min_gamma(MAX_M))
 
 
-def plan(*, gamma=None, m=None, k=None) -> Plan:
+def make_plan(*, gamma=None, m=None, k=None) -> Plan:
     """Build a Theorem-15 plan from any admissible combination of γ, m and k.
 
     - ``gamma`` only: minimise m (Table 1 row 1), ``mode="m"``.
@@ -235,7 +241,7 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
     m and k are integers in [1, 2**53]; γ alone must be at least ``MIN_GAMMA`` (3.49e-8, which needs
     about 2**53 pairs). A γ the plan computes (modes ``"gamma"``, ``"manual"``) is rounded up, never down.
 
-    >>> plan(m=2000, gamma=0.05).k
+    >>> make_plan(m=2000, gamma=0.05).k
     1983
     """
     given = tuple(name for name, v in (("gamma", gamma), ("m", m), ("k", k)) if v is not None)
@@ -285,6 +291,10 @@ def plan(*, gamma=None, m=None, k=None) -> Plan:
     raise PlanError("give gamma, or m, or m and gamma, or m and k")
 
 
+#: The same function under this module's own name (``from raydp.plan import plan``).
+plan = make_plan
+
+
 # The sizes a budget may choose beyond the fewest pairs: round numbers, so that one target on similar
 # machines gets the same plan (and so the same Δ̂ for a seed) although the timing differs a little.
 SIZES = (2_000, 5_000, 10_000, 20_000, 50_000)
@@ -294,7 +304,7 @@ MAX_SIZED_M = SIZES[-1]
 
 
 def plan_for(gamma: float, affordable: int) -> Plan:
-    """The plan for γ with as many pairs as ``affordable`` allows: the fewest pairs (:func:`plan` of γ,
+    """The plan for γ with as many pairs as ``affordable`` allows: the fewest pairs (:func:`make_plan` of γ,
     ``k = m``) when no more fit, else the largest of :data:`SIZES` that fits and k from Theorem 15 for
     that m (Table 1 row 3) — a lower order statistic of more pairs, so a smaller and steadier Δ̂ under
     the same γ. ``affordable`` must come from what is known *before* any G is drawn (a probe's
@@ -303,9 +313,9 @@ def plan_for(gamma: float, affordable: int) -> Plan:
     >>> plan_for(0.05, 100).m, plan_for(0.05, 6000).m, plan_for(0.05, 6000).k
     (1305, 5000, 4885)
     """
-    base = plan(gamma=gamma)
+    base = make_plan(gamma=gamma)
     fits = [size for size in SIZES if base.m < size <= affordable]
-    return plan(gamma=base.gamma, m=max(fits)) if fits else base
+    return make_plan(gamma=base.gamma, m=max(fits)) if fits else base
 
 
 def format_up(x: float, digits: int = 6) -> str:

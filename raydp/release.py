@@ -26,7 +26,7 @@ from .errors import EstimateMismatchError, InvalidArgumentError, MechanismError,
 from .estimate import SensitivityEstimate
 from .identity import check_reusable, describe, difference, measurement
 from .plan import format_up
-from .mechanisms.base import check_mechanism
+from .mechanisms.spec import as_mechanism
 from .options import SamplerOptions
 from .sampler import estimate_sensitivity
 from .seal import Limits, Sealed, warm
@@ -248,11 +248,17 @@ def _evaluate(sealed: Sealed, data, mechanism, sensitivity: float, respond_after
             time.sleep(left)
 
 
-def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimate | None = None,
+def sample_then_respond(data, target, mechanism, *, epsilon=None, delta=None,
+                        estimate: SensitivityEstimate | None = None,
                         oracle=None, gamma=None, m=None, k=None, options: SamplerOptions | None = None,
                         ledger=None, ledger_label: str | None = None, respond_after: float | None = None,
                         limits: Limits | None = None, **keywords) -> Release:
     """Release ``mechanism`` applied to ``target(data)`` with a sampled (or given) Δ̂.
+
+    ``mechanism`` is a name with its privacy (``"laplace", epsilon=0.5``; ``"gaussian", epsilon=1,
+    delta=1e-5``) or a mechanism object (``raydp.Laplace(0.5)``), as at every entry point
+    (:mod:`raydp.mechanisms.spec`): an object carries its own ε and δ, and ``epsilon``/``delta`` given
+    with it must agree.
 
     Give ``estimate`` to reuse a precomputed Δ̂ (it must match the target, the mechanism's norm and
     ``len(data)``; ``gamma``, if given, is the γ you expect and an estimate whose plan gives another is
@@ -313,7 +319,7 @@ def sample_then_respond(data, target, mechanism, *, estimate: SensitivityEstimat
                                        f"{data.shape}")
         n = int(data.shape[0])
     target = as_target(target)
-    check_mechanism(mechanism)
+    mechanism = as_mechanism(mechanism, epsilon, delta)
     if estimate is not None and not isinstance(estimate, SensitivityEstimate):
         raise InvalidArgumentError("estimate must be a SensitivityEstimate (from estimate_sensitivity or load_estimate), "
                                    f"got {type(estimate).__name__}")

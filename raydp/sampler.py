@@ -37,7 +37,7 @@ from .estimate import SensitivityEstimate, drawing_job
 from .identity import RunIdentity, check_reusable, describe
 from .mechanisms.base import check_mechanism
 from .options import SamplerOptions
-from .plan import Plan, plan as make_plan
+from .plan import Plan, make_plan
 from .store import Store
 from .validation import check_int
 
@@ -53,11 +53,12 @@ class TimeBudgetError(PlanError):
     cluster, or ``time_budget=None`` to sample the fewest pairs whatever they take)."""
 
 
-def _default_mechanism():
-    from .mechanisms import Laplace
+def _sampling_mechanism(mechanism, epsilon=None, delta=None):
+    """The mechanism whose norm G is measured in: a name or an object (:func:`raydp.mechanisms.as_mechanism`),
+    Laplace (ℓ1) when None. The norm is all the sampler needs; ε and δ are spent at release time."""
+    from .mechanisms.spec import as_mechanism
 
-    # The norm is all the sampler needs; ε is chosen at release time. Laplace(1) measures in ℓ1.
-    return Laplace(1.0)
+    return as_mechanism("laplace" if mechanism is None else mechanism, epsilon, delta, budget=False)
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -66,12 +67,15 @@ def resolve_seed(seed: int | None) -> int:
     return int(np.random.SeedSequence().entropy) if seed is None else seed
 
 
-def estimate_sensitivity(target, oracle, n: int, *, mechanism=None, gamma=None, m=None, k=None,
-                         options: SamplerOptions | None = None, **keywords) -> SensitivityEstimate:
+def estimate_sensitivity(target, oracle, n: int, *, mechanism=None, epsilon=None, delta=None, gamma=None, m=None,
+                         k=None, options: SamplerOptions | None = None, **keywords) -> SensitivityEstimate:
     """SensitivitySampler(n, f, m, k, P): Δ̂ = G_(k) over m neighbouring pairs drawn from ``oracle``.
 
-    ``mechanism`` fixes the norm G is measured in (default: Laplace, ℓ1). The plan comes from any
-    admissible combination of ``gamma``, ``m``, ``k`` (see :func:`raydp.plan`).
+    ``mechanism`` fixes the norm G is measured in (default: Laplace, ℓ1): a name (``"laplace"``,
+    ``"gaussian"``, ...) or a mechanism object, as everywhere (:mod:`raydp.mechanisms.spec`). ``epsilon`` and
+    ``delta`` are optional here (they do not change how G is measured); given with an object they must agree
+    with its own. The plan comes from any admissible combination of ``gamma``, ``m``, ``k`` (see
+    :func:`raydp.make_plan`).
 
     How the run is carried out — seed, block size, backend, store, resume, failures, progress, pair
     timeout — is a :class:`~raydp.options.SamplerOptions` (``options=``), or the same fields as
@@ -80,6 +84,7 @@ def estimate_sensitivity(target, oracle, n: int, *, mechanism=None, gamma=None, 
     whatever backend runs it.
     """
     options = SamplerOptions.of(options, **keywords)
+    mechanism = _sampling_mechanism(mechanism, epsilon, delta)
     run = resolve_run(target, oracle, n, mechanism=mechanism, plan=make_plan(gamma=gamma, m=m, k=k),
                       options=options, sizable=gamma is not None and m is None and k is None)
     return execute(run)
@@ -119,7 +124,7 @@ def resolve_run(target, oracle, n: int, *, mechanism=None, plan: Plan, options: 
     target = as_target(target)
     oracle = as_oracle(oracle)
     n = check_int(n, "n", min_value=1)
-    mechanism = check_mechanism(_default_mechanism() if mechanism is None else mechanism)
+    mechanism = check_mechanism(_sampling_mechanism(mechanism))
     store = None if options.store is None else Store.open(options.store)
     seed, block_size = options.seed, options.block_size
     stored_plan = None
@@ -318,7 +323,7 @@ def over_budget(m: int, pair_seconds: float, budget: float, slots: int, gamma: f
     """Why a budget cannot buy ``m`` pairs at ``pair_seconds`` on ``slots`` (besides ``fixed`` seconds of other
     work), and what would: the budget that would, the smallest γ whose fewest pairs fit, the slots that would
     sample them in time, or ``time_budget=None``."""
-    from .plan import plan as make_plan
+    from .plan import make_plan
 
     need = fixed + m * pair_seconds / slots
     left = budget - fixed

@@ -19,7 +19,8 @@ privacy curve on a neighbouring pair (``exact_privacy``), the reference :mod:`ra
 One module per family: :mod:`~raydp.mechanisms.base` (the :class:`Mechanism` base class and the
 shared checks), :mod:`~raydp.mechanisms.laplace`, :mod:`~raydp.mechanisms.gaussian` (with the analytic
 Balle–Wang calibration), :mod:`~raydp.mechanisms.exponential` and :mod:`~raydp.mechanisms.bernstein`
-(with Bernstein's polynomial basis and :func:`bernstein_approximation`).
+(with Bernstein's polynomial basis and :func:`bernstein_approximation`); :mod:`~raydp.mechanisms.spec` says how
+every entry point takes a mechanism: a name with ε and δ, or an object (:func:`as_mechanism`).
 
 >>> import numpy as np
 >>> mech = Laplace(epsilon=1.0)
@@ -34,6 +35,7 @@ from .bernstein import Bernstein, BernsteinRelease, bernstein_approximation
 from .exponential import Exponential
 from .gaussian import Gaussian, analytic_gaussian_sigma
 from .laplace import Laplace
+from .spec import NAMES, as_mechanism
 
 __all__ = [
     "Mechanism",
@@ -45,4 +47,6 @@ __all__ = [
     "BernsteinRelease",
     "bernstein_approximation",
     "analytic_gaussian_sigma",
+    "as_mechanism",
+    "NAMES",
 ]

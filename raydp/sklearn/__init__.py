@@ -81,6 +81,8 @@ PrivateEstimator._suggest = staticmethod(suggest)  # the warning's PrivateSearch
 PrivateEstimator._grid = staticmethod(grid_for)  # the candidates of tune=True (see PrivateEstimator)
 from .target import EstimatorTarget, estimator_params
 from .utility import UtilityPreview, UtilityWarning
+from ..errors import UtilityError
 
-__all__ = ["PrivateEstimator", "PrivateSearchCV", "PublicClip", "UtilityPreview", "UtilityWarning", "EstimatorTarget",
+__all__ = ["PrivateEstimator", "PrivateSearchCV", "PublicClip", "UtilityPreview", "UtilityWarning", "UtilityError",
+           "EstimatorTarget",
            "estimator_params", "fitted_float_params", "prediction_params", "REFUSED", "PUBLIC_BY_DEFAULT"]

@@ -19,9 +19,10 @@ from ..estimate import SensitivityEstimate
 from ..identity import check_reusable, describe, difference
 from ..mechanisms import Gaussian, Laplace
 from ..mechanisms.base import check_mechanism
+from ..mechanisms.spec import as_mechanism
 from ..options import SamplerOptions
 from ..oracles import as_oracle, check_records
-from ..plan import plan as make_plan
+from ..plan import make_plan
 from ..release import check_estimate_fits, respond
 from ..seal import warm
 from ..sampler import TimeBudgetError, estimate_sensitivity, over_budget, price_pairs
@@ -211,9 +212,10 @@ class PrivateEstimator(BaseEstimator):
     oracle : raydp oracle
         Public records: rows ``[X | y]`` (label last) for a classifier or regressor, rows of X for an
         unsupervised estimator; usually ``raydp.oracles.bootstrap(public_rows)``.
-    epsilon, delta : privacy of the release. ``delta=0``: Laplace (ℓ1 Δ̂), ε-DP on all but a γ
-        fraction of neighbours; ``delta > 0``: the better of Laplace and Gaussian (below).
-    gamma, m, k : the plan (any combination :func:`raydp.plan` accepts; usually ``gamma`` alone).
+    epsilon, delta : privacy of the release. ``delta`` None or 0: Laplace (ℓ1 Δ̂), ε-DP on all but a γ
+        fraction of neighbours; ``delta > 0``: the better of Laplace and Gaussian (below). With a mechanism
+        object, which carries its own (ε, δ), they must agree with it (``delta=None``: the object's δ).
+    gamma, m, k : the plan (any combination :func:`raydp.make_plan` accepts; usually ``gamma`` alone).
     time_budget : "auto", None or seconds: a cap on the whole ``fit`` (or ``preview``) — the public search of
         ``tune=True``, the pilot, sampling, the preview and the sealed release with its replay. With
         ``gamma`` alone, Δ̂ is sampled from as many pairs as what is left affords on the resources at hand
@@ -229,8 +231,9 @@ class PrivateEstimator(BaseEstimator):
         spent — each at a stand-in Δ̂ read off the same public pilot pairs (at most a tenth of the
         budget), and the one expected to score better gets the rest of the budget for its Δ̂ and releases
         (``mechanism_choice_`` and the statement say which and why; an unsupervised model has no score to
-        preview by, and keeps the Gaussian). "laplace", "gaussian", or a raydp Laplace or Gaussian
-        mechanism whose (ε, δ) equal ``epsilon``/``delta``, to choose yourself.
+        preview by, and keeps the Gaussian). To choose yourself, a name or an object as at every entry point
+        (:mod:`raydp.mechanisms.spec`): "laplace", "gaussian" (at ``epsilon``, ``delta``), or a raydp Laplace
+        or Gaussian mechanism whose (ε, δ) agree with ``epsilon``/``delta``.
     params : None (the float parameters predictions use), a list of attribute paths, or a callable
         ``fitted_public_model -> list of paths``.
     estimate : a :class:`~raydp.estimate.SensitivityEstimate` to reuse (another fit's ``estimate_``,
@@ -244,8 +247,16 @@ class PrivateEstimator(BaseEstimator):
     on_useless : "warn" (default) or "refuse": when the preview on public data says the release would not
         beat a trivial predictor, warn (with a ``PrivateSearchCV(...)`` line that previews better), or
         refuse with :class:`~raydp.errors.UtilityError` before anything is released or charged.
-    random_state : int or None: the sampler's seed (scikit-learn's name for it; ``options.seed`` is the
-        same). Other sampler options go in ``options``.
+    random_state : int or None: seeds the sampler — which oracle pairs are drawn, so Δ̂ — and nothing
+        else (scikit-learn's name for ``options.seed``; give one of the two). It never seeds the noise: the
+        release's noise comes from OpenDP's samplers, fresh at every ``fit``, so two fits with one
+        ``random_state`` have the same ``estimate_`` and different released parameters. (A wrapped
+        estimator's own ``random_state`` left at None is fixed to 0, so that its fit is a function of the
+        data.) Other sampler options go in ``options``.
+    reuse_preview : bool (default True). True: a ``fit`` for n records reuses the Δ̂ (and the mechanism's
+        choice) that :meth:`preview` sampled for the same n, settings and seed, in ``preview_estimate_`` —
+        sampled on public records, it is replayed before the release like any reused Δ̂, and saves sampling
+        it again. False: ``fit`` samples its own and does the same whether or not ``preview`` was called.
     tune : bool (default False). True: before the release, choose the model's regularisation (``C`` as
         given × 0.01, 0.1, 1, or ``alpha`` × 1, 10, 100) and whether a public clipping step
         (:class:`~raydp.sklearn.PublicClip`) follows its public scaling, by the score the *released* model is
@@ -276,9 +287,9 @@ class PrivateEstimator(BaseEstimator):
     # plugged in likewise, since that module's search imports this one.
     _grid = None
 
-    def __init__(self, estimator, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None, time_budget="auto",
+    def __init__(self, estimator, *, oracle, epsilon, delta=None, gamma=None, m=None, k=None, time_budget="auto",
                  mechanism=None, params=None, public_steps="auto", estimate=None, options=None, ledger=None,
-                 ledger_label=None, on_useless="warn", random_state=None, tune=False):
+                 ledger_label=None, on_useless="warn", random_state=None, tune=False, reuse_preview=True):
         self.estimator = estimator
         self.oracle = oracle
         self.epsilon = epsilon
@@ -297,6 +308,7 @@ class PrivateEstimator(BaseEstimator):
         self.on_useless = on_useless
         self.random_state = random_state
         self.tune = tune
+        self.reuse_preview = reuse_preview
 
     # ---- fit, step by step ---------------------------------------------------------------
     def fit(self, X, y=None, **fit_params):
@@ -335,7 +347,8 @@ class PrivateEstimator(BaseEstimator):
     def preview(self, n, *, epsilons=None, repeats: int = PREVIEW_REPEATS) -> UtilityPreview:
         """The release played on public records, before any private record is read: no privacy spent.
 
-        Samples Δ̂ for n records exactly as ``fit`` would (a later ``fit`` with n records reuses it; with
+        Samples Δ̂ for n records exactly as ``fit`` would (kept in ``preview_estimate_``: a later ``fit`` with
+        n records reuses it when ``reuse_preview`` is True, the default; with
         ``mechanism`` "auto" and δ > 0 the mechanism is chosen on public pilot pairs first), then,
         ``repeats`` times, fits on n oracle records, releases with the mechanism's noise at each ε of
         ``epsilons`` (default: this estimator's) and scores on other oracle records, next to the fit
@@ -371,6 +384,15 @@ class PrivateEstimator(BaseEstimator):
                 return choice.preview
             return self._simulate(skeleton, oracle, n, choice.estimate, choice.mechanism, epsilons, repeats)
 
+    def _reuse_preview(self) -> bool:
+        if not isinstance(self.reuse_preview, (bool, np.bool_)):
+            raise InvalidArgumentError(f"reuse_preview must be True or False, got {self.reuse_preview!r}")
+        return bool(self.reuse_preview)
+
+    def _previewed(self) -> SensitivityEstimate | None:
+        """The Δ̂ a :meth:`preview` sampled, when ``reuse_preview`` lets ``fit`` reuse it (None otherwise)."""
+        return getattr(self, "preview_estimate_", None) if self._reuse_preview() else None
+
     # ---- tune=True: a search on public data first -----------------------------------------
     def _tuning(self) -> bool:
         if not isinstance(self.tune, (bool, np.bool_)):
@@ -388,7 +410,7 @@ class PrivateEstimator(BaseEstimator):
         pilot preview. Chosen once for these settings and n (a preview's choice is the fit's)."""
         key = (n, repr(sorted(self.get_params(deep=False).items(), key=lambda kv: kv[0])))
         done = getattr(self, "_tuned_for", None)
-        if done is not None and done[0] == key:
+        if done is not None and done[0] == key and self._reuse_preview():
             return done[1]
         estimator = self._checked_estimator()
         options = self._options()
@@ -454,8 +476,9 @@ class PrivateEstimator(BaseEstimator):
         # the chosen model's fit gets what is left of the budget: a cap, so no floor (its own check refuses,
         # before it samples, when what is left cannot buy its Δ̂)
         rest = None if budget is None else max(left, 1e-3)
+        # the chosen mechanism as an object, which carries its own (ε, δ): δ is not given again beside it
         final = self._candidate(clone(space).set_params(**chosen["params"]), time_budget=rest,
-                                mechanism=chosen["mechanism"])
+                                mechanism=chosen["mechanism"], delta=None)
         final._suggest = None  # a warning of the chosen model has no further search to suggest: this was it
         given = estimator.get_params(deep=True)
         as_given = next((r["mean"] for r in rows if all(v == "passthrough" if k == "publicclip" else given.get(k) == v
@@ -508,7 +531,7 @@ class PrivateEstimator(BaseEstimator):
         chosen one's Δ̂ is sampled; when no pilot can be run (an unsupervised model, a pilot whose pairs all
         fail) each gets its Δ̂ — the time budget shared between them — and the one previewed better is taken."""
         candidates = self._mechanisms()
-        previewed = getattr(self, "preview_estimate_", None)
+        previewed = self._previewed()
         if self.estimate is not None or previewed is not None:  # a Δ̂ made before fixes the norm
             norm = (self.estimate if self.estimate is not None else previewed).norm
             fitting = [mech for mech in candidates if mech.norm == norm]
@@ -699,7 +722,7 @@ class PrivateEstimator(BaseEstimator):
             # the target, n and norm before anything else (the preview would use a Δ̂ made for another model)
             check_estimate_fits(est, target, mechanism, n, reused=True, replay=options.replay)
             return est, True
-        previewed = getattr(self, "preview_estimate_", None)
+        previewed = self._previewed()
         if (previewed is not None and options.store is None and previewed.target == describe(target)
                 and previewed.oracle == describe(oracle) and previewed.n == n and previewed.norm == mechanism.norm
                 and (options.seed is None or options.seed == previewed.seed)
@@ -804,7 +827,7 @@ class PrivateEstimator(BaseEstimator):
         clock = clock or self.__dict__.get("_clock")
         if clock is None or clock.budget is None or self.estimate is not None:
             return
-        if candidates == 1 and getattr(self, "preview_estimate_", None) is not None:
+        if candidates == 1 and self._previewed() is not None:
             return  # the preview's Δ̂, if it fits, is reused; if not, the sampler checks the plan it samples
         price = self._price(skeleton, oracle, n, options, confirm=confirmed)
         if price is None:
@@ -930,29 +953,23 @@ class PrivateEstimator(BaseEstimator):
         return replace(options, time_budget=budget)
 
     def _mechanisms(self) -> list:
-        """The mechanisms this estimator may release with, at its ε (one, or both for "auto" with δ > 0)."""
-        delta = check_delta(self.delta)
+        """The mechanisms this estimator may release with, at its ε (one, or both for "auto" with δ > 0): a
+        name or an object, as at every entry point (:func:`raydp.mechanisms.as_mechanism`; an object's ε and δ
+        must agree with ``epsilon`` and ``delta`` when those are given)."""
         eps = float(Laplace(self.epsilon).privacy()[0])  # ε checked as every mechanism checks it
         choice = self.mechanism
         if choice is None or (isinstance(choice, str) and choice == "auto"):
+            delta = 0.0 if self.delta is None else check_delta(self.delta)
             return [Laplace(eps)] if delta == 0 else [Gaussian(eps, delta, calibration="analytic"), Laplace(eps)]
-        if isinstance(choice, str):
-            if choice == "laplace":
-                return [Laplace(eps)]
-            if choice == "gaussian":
-                if delta == 0:
-                    raise InvalidArgumentError('mechanism="gaussian" needs delta > 0')
-                return [Gaussian(eps, delta, calibration="analytic")]
+        if isinstance(choice, str) and choice not in ("laplace", "gaussian"):
             raise InvalidArgumentError(f'mechanism must be None, "auto", "laplace", "gaussian" or a raydp Laplace or '
                                        f"Gaussian mechanism, got {choice!r}")
-        mech = check_mechanism(choice, coordinatewise=True)
+        if self.delta is not None:
+            check_delta(self.delta)
+        mech = check_mechanism(as_mechanism(choice, eps, self.delta), coordinatewise=True)
         if not isinstance(mech, (Laplace, Gaussian)):
             raise InvalidArgumentError(f"mechanism must be a raydp Laplace or Gaussian mechanism, got "
                                        f"{type(mech).__name__}")
-        m_eps, m_dlt = mech.privacy()
-        if (float(m_eps), float(m_dlt)) != (eps, delta if isinstance(mech, Gaussian) else float(m_dlt)):
-            raise InvalidArgumentError(f"mechanism has (ε, δ) = ({m_eps:g}, {m_dlt:g}) but epsilon={self.epsilon!r}, "
-                                       f"delta={self.delta!r} were given; make them agree")
         return [mech]
 
     def _oracle_width(self, oracle, n: int) -> int:

@@ -28,6 +28,23 @@ __all__ = ["PrivateSearchCV"]
 _OWN = ("public_steps",)
 
 
+def _results(grid: list[dict], rows: list[tuple]) -> dict:
+    """``cv_results_`` in scikit-learn's key pattern from each candidate's ``(mean, sd, non-private, trivial, Δ̂,
+    error)``."""
+    results = {"params": grid}
+    for name in sorted({key for params in grid for key in params}):
+        column = np.ma.MaskedArray(np.empty(len(grid), dtype=object), mask=True)
+        for i, params in enumerate(grid):
+            if name in params:
+                column[i] = params[name]
+        results[f"param_{name}"] = column
+    for i, key in enumerate(("mean_test_score", "std_test_score", "mean_nonprivate_test_score",
+                             "mean_trivial_test_score", "sensitivity")):
+        results[key] = np.array([row[i] for row in rows], dtype=float)
+    results["error"] = [row[5] for row in rows]
+    return results
+
+
 class PrivateSearchCV(BaseEstimator):
     """Choose among ``param_grid`` by the score the *released* model is expected to reach, then release once.
 
@@ -37,8 +54,10 @@ class PrivateSearchCV(BaseEstimator):
     param_grid : dict or list of dicts, as :class:`sklearn.model_selection.GridSearchCV` takes; keys are the
         estimator's parameters (``"logisticregression__C"``), or ``"public_steps"`` (which pipeline steps are
         fitted on public records).
-    oracle, epsilon, delta, gamma, m, k, mechanism, options, ledger, ledger_label, random_state : as
-        :class:`PrivateEstimator`.
+    oracle, epsilon, delta, gamma, m, k, mechanism, options, ledger, ledger_label, on_useless, random_state : as
+        :class:`PrivateEstimator` (``mechanism`` a name or an object, ε and δ as there; ``on_useless`` judges the
+        chosen candidate's release before it is made: "warn" or "refuse"; ``random_state`` seeds the sampler,
+        never the noise).
     time_budget : "auto", None or seconds: the time of the whole search and its release, a cap shared by its
         candidates ("auto": ``options.time_budget`` when set, else the default of :class:`PrivateEstimator`;
         None: every candidate samples the fewest pairs γ allows, however long that takes). Before any
@@ -53,16 +72,21 @@ class PrivateSearchCV(BaseEstimator):
 
     Attributes
     ----------
-    cv_results_ : dict of lists, one entry per candidate: ``params``, ``mean_private_score``,
-        ``std_private_score``, ``nonprivate_score``, ``trivial_score``, ``sensitivity``, ``rank``.
+    cv_results_ : dict of arrays, one entry per candidate, in scikit-learn's key pattern (``pandas.DataFrame``
+        takes it): ``params`` (the candidates' dicts), ``param_<name>`` (a masked array per grid key, masked
+        where a candidate lacks it), ``mean_test_score`` and ``std_test_score`` (the score the *released*
+        model is expected to reach, previewed on public records at this ε), ``rank_test_score`` (1: the
+        chosen one), ``mean_nonprivate_test_score`` and ``mean_trivial_test_score`` (the fit without noise
+        and a trivial predictor, on the same records), ``sensitivity`` (the candidate's Δ̂) and ``error`` (why
+        a candidate could not be previewed, else None).
     best_index_, best_params_, best_score_ (the chosen candidate's expected private score).
     best_estimator_ : the fitted :class:`PrivateEstimator` of the chosen candidate (its ``release_`` is the
         one release; its ``statement()`` the guarantee).
     """
 
-    def __init__(self, estimator, param_grid, *, oracle, epsilon, delta=0.0, gamma=None, m=None, k=None,
+    def __init__(self, estimator, param_grid, *, oracle, epsilon, delta=None, gamma=None, m=None, k=None,
                  mechanism=None, time_budget="auto", options=None, ledger=None, ledger_label=None, repeats=5,
-                 random_state=None):
+                 on_useless="warn", random_state=None):
         self.estimator = estimator
         self.param_grid = param_grid
         self.oracle = oracle
@@ -77,6 +101,7 @@ class PrivateSearchCV(BaseEstimator):
         self.repeats = repeats
         self.mechanism = mechanism
         self.time_budget = time_budget
+        self.on_useless = on_useless
         self.random_state = random_state
 
     def _candidate(self, params: dict, *, ledger=None, time_budget="auto") -> PrivateEstimator:
@@ -90,7 +115,7 @@ class PrivateSearchCV(BaseEstimator):
         return PrivateEstimator(est, oracle=self.oracle, epsilon=self.epsilon, delta=self.delta, gamma=self.gamma,
                                 m=self.m, k=self.k, mechanism=self.mechanism, time_budget=time_budget,
                                 options=self.options, ledger=ledger, ledger_label=self.ledger_label,
-                                random_state=self.random_state)
+                                on_useless=self.on_useless, random_state=self.random_state)
 
     def _total(self):
         """The search's time budget in seconds (None: no cap)."""
@@ -117,7 +142,7 @@ class PrivateSearchCV(BaseEstimator):
         and its preview — and the release after cannot be bought in what ``clock`` has left. Returns the
         seconds to keep back for the release (0 when it cannot be priced)."""
         from ..oracles import as_oracle
-        from ..plan import plan as make_plan
+        from ..plan import make_plan
         from ..sampler import TimeBudgetError, over_budget
         from .estimator import PILOT_MIN_PAIRS
         from .inputs import is_supervised
@@ -181,9 +206,7 @@ class PrivateSearchCV(BaseEstimator):
 
         clock = _Clock(self._total())
         reserve = 0.0 if clock.budget is None else self._priced(built[0], n, clock, len(built))
-        results = {k: [] for k in ("params", "mean_private_score", "std_private_score", "nonprivate_score",
-                                   "trivial_score", "sensitivity", "error")}
-
+        rows = []
         def preview(cand):
             try:
                 return cand.preview(n, repeats=repeats), None
@@ -207,28 +230,24 @@ class PrivateSearchCV(BaseEstimator):
                         cand.set_params(time_budget=max((clock.left() - reserve) / (len(built) - i), 1e-3))
                     outcomes.append(preview(cand))
         candidates = []
-        for params, cand, (previewed, exc) in zip(grid, built, outcomes):
+        for cand, (previewed, exc) in zip(built, outcomes):
             if exc is not None:
-                row = dict(params=params, mean_private_score=np.nan, std_private_score=np.nan, nonprivate_score=np.nan,
-                           trivial_score=np.nan, sensitivity=np.nan, error=str(exc).splitlines()[0])
+                rows.append((np.nan, np.nan, np.nan, np.nan, np.nan, str(exc).splitlines()[0]))
                 candidates.append(None)
             else:
                 r = previewed.rows[0]
-                row = dict(params=params, mean_private_score=r["mean"], std_private_score=r["sd"],
-                           nonprivate_score=previewed.nonprivate[0],
-                           trivial_score=np.nan if previewed.trivial is None else previewed.trivial,
-                           sensitivity=previewed.sensitivity, error=None)
+                rows.append((r["mean"], r["sd"], previewed.nonprivate[0],
+                             np.nan if previewed.trivial is None else previewed.trivial, previewed.sensitivity, None))
                 candidates.append(cand)
-            for key in results:
-                results[key].append(row[key])
-        scores = np.array(results["mean_private_score"], dtype=float)
+        results = _results(grid, rows)
+        scores = results["mean_test_score"]
         if np.all(np.isnan(scores)):
             raise InvalidArgumentError("no candidate could be previewed on public records: "
                                        + "; ".join(e for e in results["error"] if e))
         order = np.argsort(-np.where(np.isnan(scores), -np.inf, scores), kind="stable")
-        rank = np.empty(len(scores), dtype=int)
+        rank = np.empty(len(scores), dtype=np.int32)
         rank[order] = np.arange(1, len(scores) + 1)
-        results["rank"] = rank.tolist()
+        results["rank_test_score"] = rank
         self.cv_results_ = results
         self.best_index_ = int(order[0])
         self.best_params_ = grid[self.best_index_]
@@ -255,11 +274,19 @@ class PrivateSearchCV(BaseEstimator):
         check_is_fitted(self, "cv_results_")
         r = self.cv_results_
         lines = ["| rank | params | expected private score | non-private | trivial | Δ̂ |", "|---|---|---|---|---|---|"]
-        for i in sorted(range(len(r["params"])), key=lambda j: r["rank"][j]):
-            lines.append(f"| {r['rank'][i]} | {r['params'][i]} | {r['mean_private_score'][i]:.3f} ± "
-                         f"{r['std_private_score'][i]:.3f} | {r['nonprivate_score'][i]:.3f} | "
-                         f"{r['trivial_score'][i]:.3f} | {r['sensitivity'][i]:.4g} |")
+        for i in sorted(range(len(r["params"])), key=lambda j: r["rank_test_score"][j]):
+            lines.append(f"| {r['rank_test_score'][i]} | {r['params'][i]} | {r['mean_test_score'][i]:.3f} ± "
+                         f"{r['std_test_score'][i]:.3f} | {r['mean_nonprivate_test_score'][i]:.3f} | "
+                         f"{r['mean_trivial_test_score'][i]:.3f} | {r['sensitivity'][i]:.4g} |")
         return "\n".join(lines)
+
+    def statement(self) -> str:
+        """The chosen candidate's release statement (:meth:`PrivateEstimator.statement`), and how it was chosen."""
+        check_is_fitted(self, "best_estimator_")
+        chosen = ", ".join(f"{k}={v!r}" for k, v in sorted(self.best_params_.items()))
+        return (self.best_estimator_.statement() + f"; PrivateSearchCV chose {chosen} among {self.n_candidates_} "
+                f"candidates by the score previewed on public records ({self.best_score_:.3f}), no privacy spent: "
+                "one release")
 
     def predict(self, X):
         check_is_fitted(self, "best_estimator_")

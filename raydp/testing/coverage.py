@@ -231,7 +231,7 @@ def sampler_coverage(target, oracle, n: int, cdf: Callable, *, runs: int, seed: 
     """
     import time
 
-    from raydp.plan import plan as make_plan
+    from raydp.plan import make_plan
     from raydp.engine.reduce import kth_smallest
     from raydp.sampler import estimate_sensitivity
 

@@ -134,7 +134,7 @@ def test_coverage_of_the_median_sampler(kwargs):
     continuous Φ at the (1 − γ)-quantile the exact value is P(Bin(m, 1 − γ) ≥ k) (checked ≤ ρ here).
     """
     res = _coverage(tuple(sorted(kwargs.items())))
-    p = raydp.plan(**kwargs)
+    p = raydp.make_plan(**kwargs)
     assert (res.m, res.k, res.rho, res.runs) == (p.m, p.k, p.rho, RUNS)
     assert res.exact_failure_prob <= res.rho  # Theorem 15, here with room to spare
     assert res.failures <= res.limit and res.passes, res

@@ -3,7 +3,7 @@
 Five properties, each over arbitrary values (NaN, ±inf, subnormals, negatives, huge ints, numpy
 scalars, strings, unicode, lists, None) mixed with valid ranges:
 
-(i)   ``raydp.plan(gamma=, m=, k=)``: a :class:`PlanError`, or a plan with no NaN whose (m, k, γ, ρ)
+(i)   ``raydp.make_plan(gamma=, m=, k=)``: a :class:`PlanError`, or a plan with no NaN whose (m, k, γ, ρ)
       satisfy both inequalities of Theorem 15 — checked here independently, in 50-digit decimal
       arithmetic, plus Table 1's ρ via ``scipy.special.lambertw``.
 (ii)  ``raydp plan`` with arbitrary flag strings: exit 0 with a valid plan (``--json`` parses, no
@@ -113,10 +113,10 @@ def table1_problems(p, gamma, m, k) -> list[str]:
 
 
 def test_the_checker_catches_broken_plans():
-    good = raydp.plan(m=2000, gamma=0.05)  # docs/method.md, Table 1: k = 1983
+    good = raydp.make_plan(m=2000, gamma=0.05)  # docs/method.md, Table 1: k = 1983
     assert theorem15_problems(good) == [] and table1_problems(good, 0.05, 2000, None) == []
     assert theorem15_problems(Plan(2000, 1982, good.gamma, good.rho, "k"))[0].startswith("k=1982 <")
-    tight = raydp.plan(gamma=0.05)  # m = 1305 is the fewest pairs
+    tight = raydp.make_plan(gamma=0.05)  # m = 1305 is the fewest pairs
     assert theorem15_problems(Plan(tight.m - 1, tight.k - 1, 0.05, tight.rho, "m"))[0].startswith("m=1304 <")
     assert theorem15_problems(Plan(10, 10, float("nan"), 0.1, "m")) == ["gamma=nan is not a finite float"]
     assert theorem15_problems(Plan(10, 11, 0.5, 0.1, "manual")) == ["k=11 not in [1, m=10]"]
@@ -166,7 +166,7 @@ def plan_args(draw):
     if "gamma" in mode:
         valid = st.one_of(st.floats(0, 1, exclude_min=True, exclude_max=True), st.floats(3.49e-8, 1e-3))
         if m_ok and draw(st.booleans()):  # at or above the smallest γ that m certifies
-            valid = st.floats(min(0.999, raydp.plan(m=int(m)).gamma), 0.999)
+            valid = st.floats(min(0.999, raydp.make_plan(m=int(m)).gamma), 0.999)
         gamma = pick(draw, valid, gammas, pv)
     if "k" in mode:
         valid = st.integers(0, int(m) // 2).map(lambda d: int(m) - d) if m_ok else st.integers(1, 10**9)
@@ -183,7 +183,7 @@ def test_plan_refuses_or_satisfies_theorem15(args):
     TRIED["plan_api"] += 1
     gamma, m, k = args
     try:
-        p = raydp.plan(gamma=gamma, m=m, k=k)
+        p = raydp.make_plan(gamma=gamma, m=m, k=k)
     except PlanError as exc:
         assert str(exc)
         return
@@ -359,8 +359,9 @@ def estimate_argv(draw):
                      st.sampled_from(["laplace", "gaussian", "exponential", "bernstein", "cauchy"]))
         argv += ["--mechanism", mech]
         if draw(st.booleans()):
-            good_args = st.fixed_dictionaries({}, optional={"epsilon": st.floats(0.01, 10)}).map(json.dumps)
-            argv += ["--mechanism-args", value(good_args, _mech_args)]
+            argv += ["--mechanism-args", value(st.just("{}"), _mech_args)]
+        if draw(st.booleans()):
+            argv += ["--epsilon", value(st.floats(0.01, 10).map(repr), st.sampled_from(["0", "-1", "nan", "inf", "x"]))]
     if draw(st.integers(0, 5)) == 0:
         argv += ["--backend", value(st.just("local"), _not_a_backend)]
     if pv < 1 and draw(st.integers(0, 9)) == 0:

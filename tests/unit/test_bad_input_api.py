@@ -70,7 +70,7 @@ _POLY = mechanisms.bernstein_approximation(lambda y: y[:, 0], lattice=4, dims=1)
 
 
 def P(**kw):
-    return lambda c: raydp.plan(**kw)
+    return lambda c: raydp.make_plan(**kw)
 
 
 def C(f, *a, **kw):
@@ -328,7 +328,9 @@ API = [
     ("est-plan-gamma", lambda c: _est(m=None, gamma=2.0), PlanError, "real number in (0, 1)"),
     ("est-plan-none", lambda c: _est(m=None), PlanError, "give gamma, or m"),
     ("est-plan-m-huge", lambda c: _est(m=HUGE), PlanError, "at most 2**53"),
-    ("est-mechanism-str", lambda c: _est(mechanism="laplace"), InvalidArgumentError,
+    ("est-mechanism-str", lambda c: _est(mechanism="cauchy"), InvalidArgumentError,
+     "mechanism must be a name ('laplace', 'gaussian', 'exponential', 'bernstein') or a raydp mechanism, got 'cauchy'"),
+    ("est-mechanism-object", lambda c: _est(mechanism=object()), InvalidArgumentError,
      "mechanism must be a raydp mechanism (missing .name, .norm, .embed"),
     ("est-mechanism-class", lambda c: _est(mechanism=int), InvalidArgumentError, "mechanism must be a raydp mechanism"),
     # store URIs
@@ -399,7 +401,9 @@ API = [
     ("str-estimate-str", _str(estimate="delta.parquet"), InvalidArgumentError, "estimate must be a SensitivityEstimate"),
     ("str-estimate-dict", _str(estimate={}), InvalidArgumentError, "estimate must be a SensitivityEstimate"),
     ("str-mechanism-none", _str(mechanism=None), InvalidArgumentError, "mechanism must be a raydp mechanism"),
-    ("str-mechanism-str", _str(mechanism="laplace"), InvalidArgumentError, "mechanism must be a raydp mechanism"),
+    ("str-mechanism-str", _str(mechanism="laplace"), InvalidArgumentError, "mechanism='laplace' needs epsilon"),
+    ("str-mechanism-unknown", _str(mechanism="cauchy"), InvalidArgumentError, "mechanism must be a name"),
+    ("str-mechanism-disagrees", _str(epsilon=2.0), InvalidArgumentError, "give ε and δ once"),
     ("str-mechanism-norm", _str(mechanism=mechanisms.Gaussian(0.5, 1e-5)), EstimateMismatchError,
      "the gaussian mechanism needs l2"),
     ("str-target-none", _str(target=None), TargetError, "a target must be callable"),
@@ -453,7 +457,7 @@ def test_extreme_but_valid_values_give_numbers_not_nan():
     p = mechanisms.Exponential(1.0, ["a", "b"]).probabilities([-1e308, 1e308], 1e-300)
     assert p.tolist() == [0.0, 1.0]
     assert _est(seed=2**200).seed == 2**200  # any non-negative int seeds numpy's SeedSequence
-    assert raydp.plan(m=2**53).satisfies_theorem15()
-    assert raydp.plan(gamma=3.49e-8).m <= 2**53
+    assert raydp.make_plan(m=2**53).satisfies_theorem15()
+    assert raydp.make_plan(gamma=3.49e-8).m <= 2**53
 
 

@@ -61,7 +61,7 @@ def test_the_warm_timings_leave_the_sample_alone():
         seed=7, backend="local", time_budget=0.5, keep_sample=True))
     plain = raydp.estimate_sensitivity(f, oracle, 30, m=sized.plan.m, k=sized.plan.k,
                                        options=SamplerOptions(seed=7, backend="local", keep_sample=True))
-    assert sized.sizing["timed_evaluations"] > 1 and sized.plan.m > raydp.plan(gamma=0.3).m
+    assert sized.sizing["timed_evaluations"] > 1 and sized.plan.m > raydp.make_plan(gamma=0.3).m
     assert np.array_equal(sized.sample, plain.sample) and sized.sensitivity == plain.sensitivity
 
 

@@ -263,7 +263,7 @@ def test_the_probe_time_sizes_the_first_tasks():
     from raydp import oracles, targets
     from raydp.sampler import resolve_run
 
-    run = resolve_run(_SlowEval(), oracles.exponential(1.0), 10, plan=raydp.plan(gamma=0.05),
+    run = resolve_run(_SlowEval(), oracles.exponential(1.0), 10, plan=raydp.make_plan(gamma=0.05),
                       options=raydp.SamplerOptions(seed=1, block_size=2))
     job = run.job
     assert 0.03 <= job.probe_seconds < 1.0
@@ -273,6 +273,6 @@ def test_the_probe_time_sizes_the_first_tasks():
     # ⌈1305/64⌉ = 21 or 5 s of guessed blocks, whichever is fewer (a loaded machine's probe is slower) — not 1
     assert len(first) == min(21, math.floor(5.0 / guess)) and len(first) > 1
     # a batched target's pairs cost far less than an evaluation each: no guess, one block first
-    batched = resolve_run(targets.mean(), oracles.exponential(1.0), 10, plan=raydp.plan(gamma=0.05),
+    batched = resolve_run(targets.mean(), oracles.exponential(1.0), 10, plan=raydp.make_plan(gamma=0.05),
                           options=raydp.SamplerOptions(seed=1))
     assert batched.job.probe_seconds is not None and batched.job.block_seconds_guess() is None

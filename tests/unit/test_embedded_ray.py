@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import raydp
-from raydp import oracles, plan
+from raydp import oracles
+from raydp.plan import make_plan
 from raydp.engine import AutoBackend, RayBackend
 from raydp.engine import backends
 from raydp.engine.blocks import PairJob
@@ -55,7 +56,7 @@ def test_a_budget_goes_to_an_embedded_ray_only_for_a_larger_plan(monkeypatch):
     from raydp.sampler import _budget_slots
 
     auto = AutoBackend(ray=RayBackend(num_cpus=2))
-    gamma = plan(gamma=0.05).gamma
+    gamma = make_plan(gamma=0.05).gamma
     _loaded(monkeypatch, 0.0)
     # 1 ms a pair, 60 s: 60 000 pairs in process already buy the largest plan (50 000): Ray buys nothing more
     assert _budget_slots(auto, 60.0, 1e-3, gamma)[2] == "in process"

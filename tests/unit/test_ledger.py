@@ -324,13 +324,13 @@ def test_cli_release_with_ledger_and_show(tmp_path, capsys):
     store, ledger, data = str(tmp_path / "est"), str(tmp_path / "ledger.json"), str(tmp_path / "private.npy")
     assert main(["estimate", "--target", "raydp.targets:mean", "--oracle", "raydp.oracles:exponential",
                  "--oracle-args", '{"rate": 1.0}', "--n", "200", "--gamma", "0.1", "--seed", "5",
-                 "--out", store, "--quiet"]) == 0
+                 "--store", store, "--quiet"]) == 0
     np.save(data, np.random.default_rng(0).exponential(1.0, 200))
     assert main(["ledger", "create", ledger, "--epsilon-total", "1"]) == 0
-    release = ["release", "--estimate", store, "--data", data, "--target", "raydp.targets:mean",
-               "--epsilon", "0.6", "--gamma", "0.1", "--ledger", ledger, "--budget-epsilon", "1"]
+    release = ["release", "--store", store, "--data", data, "--target", "raydp.targets:mean",
+               "--epsilon", "0.6", "--gamma", "0.1", "--ledger", ledger, "--epsilon-total", "1"]
     capsys.readouterr()
-    assert main(release + ["--json", "--label", "first"]) == 0
+    assert main(release + ["--json", "--ledger-label", "first"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ledger"]["entry"] == 1 and out["ledger"]["composed"]["epsilon"] == 0.6
     before = Path(ledger).read_bytes()
@@ -353,7 +353,7 @@ def test_cli_release_with_ledger_and_show(tmp_path, capsys):
 
     for args, fragment in (
         (["ledger", "show", str(tmp_path / "nope.json")], "no ledger at"),
-        (release[:-4] + ["--budget-epsilon", "1"], "need --ledger"),
+        (release[:-4] + ["--epsilon-total", "1"], "need --ledger"),
         (release[:-1] + ["2"], "other totals"),
     ):
         assert main(args) == 2

@@ -73,7 +73,7 @@ def test_estimate_help_lists_every_flag(capsys):
     text = _estimate_help(capsys)
     for _, flag, _ in option_flags() + ray_flags():
         assert flag.name in text, flag.name
-    assert "--store STORE, --out STORE" in text and "--time-budget SECONDS" in text
+    assert "--store STORE" in text and "--out" not in text and "--time-budget SECONDS" in text
     assert "{" + ",".join(sorted(BACKENDS)) + "}" in text
     assert "keep-sample" not in text
     assert "(default: 30)" in text  # the connect timeout's default, read from RayBackend
@@ -81,12 +81,12 @@ def test_estimate_help_lists_every_flag(capsys):
 
 def test_no_flags_give_the_default_options():
     assert sampler_options(_parse([])) == SamplerOptions()
-    assert sampler_options(_parse([], store=False, seed_default=0, store_aliases=())) == SamplerOptions(seed=0)
+    assert sampler_options(_parse([], store=False, seed_default=0)) == SamplerOptions(seed=0)
 
 
 def test_every_flag_reaches_its_option():
     a = _parse(["--seed", "3", "--block-size", "7", "--backend", "ray", "--address", "127.0.0.1:1", "--num-cpus", "2",
-                "--task-timeout", "9", "--connect-timeout", "4", "--out", "/tmp/x", "--resume", "--strict", "--quiet",
+                "--task-timeout", "9", "--connect-timeout", "4", "--store", "/tmp/x", "--resume", "--strict", "--quiet",
                 "--pair-timeout", "1.5", "--time-budget", "20", "--no-replay"])
     o = sampler_options(a)
     assert (o.seed, o.block_size, o.store, o.resume, o.strict, o.progress, o.pair_timeout, o.time_budget,
@@ -101,7 +101,7 @@ def test_every_flag_reaches_its_option():
 
 def test_a_job_without_a_store_has_no_store_flags_and_its_own_seed_default():
     parser = argparse.ArgumentParser()
-    add_sampler_flags(parser, store=False, seed_default=0, store_aliases=())
+    add_sampler_flags(parser, store=False, seed_default=0)
     text = parser.format_help()
     assert "--store" not in text and "--resume" not in text and "(default: 0)" in text
     with pytest.raises(SystemExit):
@@ -129,7 +129,7 @@ def test_time_budget_flag_sizes_the_run_from_gamma_alone(capsys):
     assert "time_budget must be a positive number of seconds" in capsys.readouterr().err
     assert main([*_EST, "--gamma", "0.3", "--time-budget", "0.5", "--seed", "0"]) == 0
     out = json.loads(capsys.readouterr().out)  # the budget reached the run, which sized m from it
-    assert out["sizing"]["budget_seconds"] == 0.5 and out["sizing"]["fewest_pairs"] == raydp.plan(gamma=0.3).m
+    assert out["sizing"]["budget_seconds"] == 0.5 and out["sizing"]["fewest_pairs"] == raydp.make_plan(gamma=0.3).m
     assert out["plan"]["m"] == out["sizing"]["m"] >= out["sizing"]["fewest_pairs"]
     assert main([*_EST, "--gamma", "0.3", "--seed", "0"]) == 0
     assert "sizing" not in json.loads(capsys.readouterr().out)  # no flag, no budget: the fewest pairs

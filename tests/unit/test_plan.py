@@ -20,7 +20,7 @@ from raydp.plan import MIN_M, gamma_lo, min_gamma
     ],
 )
 def test_table1_reference_values(kwargs, m, k, gamma, rho, mode):
-    p = raydp.plan(**kwargs)
+    p = raydp.make_plan(**kwargs)
     assert (p.m, p.k, p.mode) == (m, k, mode)
     assert round(p.gamma, 7) == gamma
     assert round(p.rho, 7) == rho
@@ -28,18 +28,18 @@ def test_table1_reference_values(kwargs, m, k, gamma, rho, mode):
 
 
 def test_cost_grows_like_the_paper_says():
-    assert abs(raydp.plan(gamma=0.01).m - 42_000) / 42_000 < 0.02
-    assert abs(raydp.plan(gamma=0.001).m - 5.5e6) / 5.5e6 < 0.02
+    assert abs(raydp.make_plan(gamma=0.01).m - 42_000) / 42_000 < 0.02
+    assert abs(raydp.make_plan(gamma=0.001).m - 5.5e6) / 5.5e6 < 0.02
 
 
 def test_manual_mode_reports_the_gamma_the_pair_certifies():
-    p = raydp.plan(m=2000, k=1983)
+    p = raydp.make_plan(m=2000, k=1983)
     assert p.mode == "manual"
     # γ = 1 − k/m + γ_lo(m, ρ*), which is ≤ 0.05 because k=1983 was the minimal k for γ=0.05
     assert p.gamma == pytest.approx(1 - 1983 / 2000 + gamma_lo(2000, p.rho))
     assert p.gamma <= 0.05 and p.satisfies_theorem15()
     # k = m gives the smallest γ that m allows, the same as mode "gamma"
-    assert raydp.plan(m=1000, k=1000).gamma == pytest.approx(raydp.plan(m=1000).gamma)
+    assert raydp.make_plan(m=1000, k=1000).gamma == pytest.approx(raydp.make_plan(m=1000).gamma)
 
 
 def test_lower_branch_matters():
@@ -47,7 +47,7 @@ def test_lower_branch_matters():
     from scipy.special import lambertw
 
     wrong = math.exp(lambertw(-0.05 / (2 * math.sqrt(math.e)), k=0).real + 0.5)
-    assert abs(wrong - raydp.plan(gamma=0.05).rho) > 0.1
+    assert abs(wrong - raydp.make_plan(gamma=0.05).rho) > 0.1
 
 
 @pytest.mark.parametrize(
@@ -71,24 +71,24 @@ def test_lower_branch_matters():
 )
 def test_validation_errors(kwargs, fragment):
     with pytest.raises(PlanError) as info:
-        raydp.plan(**kwargs)
+        raydp.make_plan(**kwargs)
     assert fragment in str(info.value)
     assert isinstance(info.value, ValueError)
 
 
 def test_gamma_below_gamma_lo_message_states_smallest_admissible():
     with pytest.raises(PlanError) as info:
-        raydp.plan(m=2000, gamma=0.01)
+        raydp.make_plan(m=2000, gamma=0.01)
     smallest = min_gamma(2000)
     stated = float(str(info.value).split("use gamma >= ")[1].split()[0])
     assert smallest <= stated < smallest * (1 + 1e-5)  # the smallest admissible γ, rounded up
-    raydp.plan(m=2000, gamma=stated)  # and the stated value is indeed admissible
+    raydp.make_plan(m=2000, gamma=stated)  # and the stated value is indeed admissible
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.floats(min_value=1e-4, max_value=0.999, allow_nan=False))
 def test_gamma_mode_always_satisfies_theorem15(g):
-    p = raydp.plan(gamma=g)
+    p = raydp.make_plan(gamma=g)
     assert p.satisfies_theorem15() and p.k <= p.m and p.gamma == g
     # minimal: one pair fewer breaks the m inequality
     assert p.m - 1 < math.log(1 / p.rho) / (2 * (g - p.rho) ** 2)
@@ -98,7 +98,7 @@ def test_gamma_mode_always_satisfies_theorem15(g):
 @given(st.integers(min_value=MIN_M, max_value=10**9), st.floats(min_value=1e-6, max_value=0.999))
 def test_k_mode_satisfies_theorem15_or_refuses(m, g):
     try:
-        p = raydp.plan(m=m, gamma=g)
+        p = raydp.make_plan(m=m, gamma=g)
     except PlanError as exc:
         assert g < min_gamma(m) and "use gamma >=" in str(exc)
         return
@@ -111,7 +111,7 @@ def test_k_mode_satisfies_theorem15_or_refuses(m, g):
 @given(st.integers(min_value=1, max_value=10**7), st.integers(min_value=1, max_value=10**7))
 def test_manual_mode_never_claims_more_than_theorem15(m, k):
     try:
-        p = raydp.plan(m=m, k=k)
+        p = raydp.make_plan(m=m, k=k)
     except PlanError:
         return
     assert 0 < p.gamma < 1 and p.satisfies_theorem15()

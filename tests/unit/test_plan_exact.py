@@ -28,14 +28,14 @@ def _bounds(m, k, gamma, rho):
 @pytest.mark.parametrize("kw", [dict(m=874106907987335, gamma=0.3), dict(m=2 ** 50, gamma=0.01),
                                 dict(m=2 ** 53, gamma=0.2), dict(gamma=3.5e-8), dict(m=2 ** 52 + 1)])
 def test_plans_meet_theorem15_exactly(kw):
-    p = raydp.plan(**kw)
+    p = raydp.make_plan(**kw)
     m_min, k_min = _bounds(p.m, p.k, p.gamma, p.rho)
     assert Decimal(p.m) >= m_min and Decimal(p.k) >= k_min, (p, m_min, k_min)
     assert p.satisfies_theorem15()
 
 
 def test_satisfies_theorem15_has_no_tolerance():
-    p = raydp.plan(m=2 ** 50, gamma=0.01)
+    p = raydp.make_plan(m=2 ** 50, gamma=0.01)
     short = raydp.Plan(m=p.m, k=p.k - 1000, gamma=p.gamma, rho=p.rho, mode="k")
     assert not short.satisfies_theorem15()
     _, k_min = _bounds(p.m, p.k, p.gamma, p.rho)
@@ -45,7 +45,7 @@ def test_satisfies_theorem15_has_no_tolerance():
 
 
 def test_statements_never_understate_gamma(tmp_path):
-    p = raydp.plan(m=1000)
+    p = raydp.make_plan(m=1000)
     est = _est(n=50, m=1000, gamma=None, block_size=None)
     r = raydp.sample_then_respond(np.ones(50), targets.mean(), raydp.Laplace(1.0), estimate=est)
     text = r.statement()
@@ -60,13 +60,13 @@ def test_statements_never_understate_gamma(tmp_path):
 
 def test_the_k_hint_is_the_smallest_valid_k():
     with pytest.raises(PlanError, match=r"use k >= 11\b"):
-        raydp.plan(m=50, k=10)
-    assert raydp.plan(m=50, k=11).gamma < 1
+        raydp.make_plan(m=50, k=10)
+    assert raydp.make_plan(m=50, k=11).gamma < 1
     for m in (40, 50, 77, 300, 1000):
         try:
-            raydp.plan(m=m, k=1)
+            raydp.make_plan(m=m, k=1)
         except PlanError as exc:
             hint = int(str(exc).split("use k >= ")[1].split()[0].rstrip(";,."))
-            assert raydp.plan(m=m, k=hint).gamma < 1
+            assert raydp.make_plan(m=m, k=hint).gamma < 1
             with pytest.raises(PlanError):
-                raydp.plan(m=m, k=hint - 1)
+                raydp.make_plan(m=m, k=hint - 1)

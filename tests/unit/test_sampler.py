@@ -189,7 +189,7 @@ def _delta_star(gamma):
 @pytest.mark.parametrize("kwargs", [{"gamma": 0.05}, {"m": 2000, "gamma": 0.05}, {"m": 1000}])
 def test_example6_coverage_and_tightness(kwargs):
     runs = 200
-    p = raydp.plan(**kwargs)
+    p = raydp.make_plan(**kwargs)
     too_small = 0
     upper = math.log(p.m / 1e-6) / (LAM * N)
     for seed in range(runs):

@@ -511,7 +511,7 @@ def test_smaller_refusals_are_one_line_and_auto_is_the_default(cancer):
     with pytest.raises(InvalidArgumentError, match="params: the callable raised KeyError on the model fitted on "
                                                    "public records: 'no such step'"):
         PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, params=broken, **FAST, options=SamplerOptions(seed=0)).fit(X, y)
-    with pytest.raises(InvalidArgumentError, match="fit\(\) does not take sample_weight: .*carry no weights"):
+    with pytest.raises(InvalidArgumentError, match=r"fit\(\) does not take sample_weight: .*carry no weights"):
         PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, **FAST, options=SamplerOptions(seed=0)).fit(
             X, y, sample_weight=np.ones(len(y)))
     pe = PrivateEstimator(LogisticRegression(), oracle=oracle, epsilon=1.0, **FAST)

@@ -147,9 +147,9 @@ def test_search_chooses_on_public_data_and_releases_once(data, tmp_path):
                              oracle=oracle, epsilon=1.0, **PLAN, options=OPT, ledger=ledger, repeats=3)
     search.fit(X, y)
     r = search.cv_results_
-    assert len(r["params"]) == 6 and sorted(r["rank"]) == list(range(1, 7))
+    assert len(r["params"]) == 6 and sorted(r["rank_test_score"]) == list(range(1, 7))
     assert search.best_params_["public_steps"] == "auto"
-    assert search.best_score_ == max(r["mean_private_score"])
+    assert search.best_score_ == max(r["mean_test_score"])
     # one release, one charge, reusing the Δ̂ its preview sampled
     assert len(ledger.entries()) == 1 and ledger.spent() == (1.0, 0.0)
     best = search.best_estimator_
@@ -219,7 +219,7 @@ def test_tune_chooses_on_public_data_releases_the_chosen_model_once_and_says_so(
     best = max(rows, key=lambda r: r["mean"])
     assert pe.tuned_params_ == best["params"] and pe.tuning_["previewed"] == best["mean"]
     for r in rows:  # each candidate previewed with both mechanisms at stand-in Δ̂s from the same public pilot pairs
-        assert set(r["previews"]) == {"laplace", "gaussian"} and r["pairs"] == raydp.plan(gamma=0.3).m  # no budget: the sample's m (24) when under 50
+        assert set(r["previews"]) == {"laplace", "gaussian"} and r["pairs"] == raydp.make_plan(gamma=0.3).m  # no budget: the sample's m (24) when under 50
         assert r["mean"] == max(p["mean"] for p in r["previews"].values())
     assert pe.tuning_["as_given"] == next(r["mean"] for r in rows if r["params"]["logisticregression__C"] == 1.0
                                           and r["params"]["publicclip"] == "passthrough")

@@ -58,7 +58,7 @@ def test_rederive_for_another_gamma(tmp_path, clean):
     uri = str(tmp_path / "s")
     _est(store=uri)
     other = raydp.load_estimate(uri, gamma=0.1)
-    assert other.plan == raydp.plan(m=2000, gamma=0.1)
+    assert other.plan == raydp.make_plan(m=2000, gamma=0.1)
     assert other.sensitivity == clean.for_gamma(0.1).sensitivity < clean.sensitivity
 
 

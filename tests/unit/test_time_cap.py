@@ -101,7 +101,7 @@ def test_time_budget_none_samples_the_fewest_pairs_whatever_they_take():
     public, X, y = _data()
     pe = PrivateEstimator(SleepyRegressor(0.0), oracle=oracles.bootstrap(public), epsilon=1.0, gamma=0.3,
                           time_budget=None, options=OPT).fit(X, y)
-    assert pe.estimate_.plan.m == raydp.plan(gamma=0.3).m and pe.estimate_.sizing is None
+    assert pe.estimate_.plan.m == raydp.make_plan(gamma=0.3).m and pe.estimate_.sizing is None
 
 
 def test_the_sampler_refuses_a_plan_its_budget_cannot_buy_and_says_what_would():

@@ -32,7 +32,7 @@ _T = ["--target", "raydp.targets:mean"]
 _O = ["--oracle", "raydp.oracles:exponential", "--oracle-args", '{"rate": 1}']
 _EST = ["estimate", *_T, *_O, "--n", "5", "--m", "50", "--quiet", "--backend", "local"]
 _G = ["--gamma", "0.2170401390748799"]  # what the small store's plan (m = 50) gives
-_REL = ["release", "--estimate", "{store}", "--data", "{data}", *_T, *_G]
+_REL = ["release", "--store", "{store}", "--data", "{data}", *_T, *_G]
 _MOD = "bad_inputs"
 
 CLI = [
@@ -77,9 +77,9 @@ CLI = [
     ("est-backend", [*_EST, "--backend", "spark"], "invalid choice: 'spark' (choose from 'auto', 'local', 'ray')"),
     ("est-address-local", [*_EST, "--address", "127.0.0.1:6379"], "--address needs --backend auto or ray"),
     ("est-mechanism", [*_EST, "--mechanism", "cauchy"], "invalid choice: 'cauchy'"),
-    ("est-out-scheme", [*_EST, "--out", "foo://x"], "cannot open store 'foo://x'"),
-    ("est-out-file", [*_EST, "--out", "{file}"], "is a file; a store is a directory"),
-    ("est-out-taken", [*_EST, "--out", "{store}"], "already holds a run; pass resume=True (--resume)"),
+    ("est-out-scheme", [*_EST, "--store", "foo://x"], "cannot open store 'foo://x'"),
+    ("est-out-file", [*_EST, "--store", "{file}"], "is a file; a store is a directory"),
+    ("est-out-taken", [*_EST, "--store", "{store}"], "already holds a run; pass resume=True (--resume)"),
     ("est-resume-no-out", [*_EST, "--resume"], "resume=True needs a store"),
     # estimate: MOD:ATTR strings and their JSON arguments
     ("target-no-colon", ["estimate", "--target", "raydp.targets", *_O, "--n", "5", "--m", "50"],
@@ -134,10 +134,14 @@ CLI = [
     # estimate: mechanisms
     ("mech-args-not-json", [*_EST, "--mechanism-args", "{"], "--mechanism-args must be a JSON object"),
     ("mech-args-unknown", [*_EST, "--mechanism-args", '{"foo": 1}'], "do not fit the laplace mechanism"),
-    ("mech-eps-nan", [*_EST, "--mechanism-args", '{"epsilon": NaN}'], "epsilon must be a finite real number > 0, got nan"),
-    ("mech-eps-str", [*_EST, "--mechanism-args", '{"epsilon": "1"}'], "epsilon must be a finite real number > 0"),
-    ("mech-gauss-delta", [*_EST, "--mechanism", "gaussian", "--mechanism-args", '{"delta": 2}'],
+    ("mech-eps-nan", [*_EST, "--epsilon", "nan"], "epsilon must be a finite real number > 0, got nan"),
+    ("mech-eps-in-args", [*_EST, "--mechanism-args", '{"epsilon": 1}'],
+     "give epsilon as its own argument (--epsilon on the command line"),
+    ("mech-delta-in-args", [*_EST, "--mechanism", "gaussian", "--mechanism-args", '{"delta": 1e-5}'],
+     "give delta as its own argument (--delta on the command line"),
+    ("mech-gauss-delta", [*_EST, "--mechanism", "gaussian", "--delta", "2"],
      "delta must be a real number in (0, 1)"),
+    ("mech-laplace-delta", [*_EST, "--delta", "1e-5"], "delta applies to the gaussian mechanism only"),
     ("mech-gauss-calibration", [*_EST, "--mechanism", "gaussian", "--mechanism-args", '{"calibration": "x"}'],
      "calibration must be one of"),
     ("mech-exp-no-responses", [*_EST, "--mechanism", "exponential"],
@@ -182,33 +186,35 @@ CLI = [
     ("rel-delta-2", [*_REL, "--epsilon", "1", "--mechanism", "gaussian", "--delta", "2"],
      "delta must be a real number in (0, 1)"),
     ("rel-delta-laplace", [*_REL, "--epsilon", "1", "--delta", "0.5"],
-     "--delta applies to the gaussian mechanism only"),
-    ("rel-norm", [*_REL, "--epsilon", "1", "--mechanism", "gaussian"], "the gaussian mechanism needs l2"),
-    ("rel-target", ["release", "--estimate", "{store}", "--data", "{data}", "--target", "raydp.targets:median",
+     "delta applies to the gaussian mechanism only"),
+    ("rel-norm", [*_REL, "--epsilon", "1", "--mechanism", "gaussian", "--delta", "1e-6"],
+     "the gaussian mechanism needs l2"),
+    ("rel-gaussian-no-delta", [*_REL, "--epsilon", "1", "--mechanism", "gaussian"], 'mechanism="gaussian" needs delta > 0'),
+    ("rel-target", ["release", "--store", "{store}", "--data", "{data}", "--target", "raydp.targets:median",
                     "--epsilon", "1", *_G], "computed for target mean"),
-    ("rel-data-missing", ["release", "--estimate", "{store}", "--data", "{tmp}/none.npy", *_T, "--epsilon", "1", *_G],
+    ("rel-data-missing", ["release", "--store", "{store}", "--data", "{tmp}/none.npy", *_T, "--epsilon", "1", *_G],
      "--data: no such file"),
-    ("rel-data-dir", ["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1", *_G],
+    ("rel-data-dir", ["release", "--store", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1", *_G],
      "--data: cannot read"),
-    ("rel-data-garbage", ["release", "--estimate", "{store}", "--data", "{tmp}/garbage.npy", *_T, "--epsilon", "1", *_G],
+    ("rel-data-garbage", ["release", "--store", "{store}", "--data", "{tmp}/garbage.npy", *_T, "--epsilon", "1", *_G],
      "--data: cannot read"),
-    ("rel-data-objects", ["release", "--estimate", "{store}", "--data", "{tmp}/objects.npy", *_T, "--epsilon", "1", *_G],
+    ("rel-data-objects", ["release", "--store", "{store}", "--data", "{tmp}/objects.npy", *_T, "--epsilon", "1", *_G],
      "--data: cannot read"),
-    ("rel-data-unknown-format", ["release", "--estimate", "{store}", "--data", "{file}", *_T, "--epsilon", "1", *_G],
+    ("rel-data-unknown-format", ["release", "--store", "{store}", "--data", "{file}", *_T, "--epsilon", "1", *_G],
      "cannot tell the format"),
-    ("rel-data-text", ["release", "--estimate", "{store}", "--data", "{tmp}/text.csv", *_T, "--epsilon", "1", *_G],
+    ("rel-data-text", ["release", "--store", "{store}", "--data", "{tmp}/text.csv", *_T, "--epsilon", "1", *_G],
      "non-numeric columns"),
-    ("rel-estimate-file", ["release", "--estimate", "{file}", "--data", "{data}", *_T, "--epsilon", "1", *_G],
+    ("rel-estimate-file", ["release", "--store", "{file}", "--data", "{data}", *_T, "--epsilon", "1", *_G],
      "is a file; a store is a directory"),
-    ("rel-estimate-scheme", ["release", "--estimate", "foo://x", "--data", "{data}", *_T, "--epsilon", "1", *_G],
+    ("rel-estimate-scheme", ["release", "--store", "foo://x", "--data", "{data}", *_T, "--epsilon", "1", *_G],
      "cannot open store"),
-    ("rel-budget-no-ledger", [*_REL, "--epsilon", "1", "--budget-epsilon", "1"], "need --ledger PATH"),
-    ("rel-ledger-dir", [*_REL, "--epsilon", "1", "--ledger", "{tmp}", "--budget-epsilon", "1"], "is a directory"),
-    ("rel-ledger-scheme", [*_REL, "--epsilon", "1", "--ledger", "foo://x", "--budget-epsilon", "1"],
+    ("rel-budget-no-ledger", [*_REL, "--epsilon", "1", "--epsilon-total", "1"], "need --ledger PATH"),
+    ("rel-ledger-dir", [*_REL, "--epsilon", "1", "--ledger", "{tmp}", "--epsilon-total", "1"], "is a directory"),
+    ("rel-ledger-scheme", [*_REL, "--epsilon", "1", "--ledger", "foo://x", "--epsilon-total", "1"],
      "must be a local file"),
-    ("rel-ledger-budget-nan", [*_REL, "--epsilon", "1", "--ledger", "{tmp}/ledger.json", "--budget-epsilon", "nan"],
+    ("rel-ledger-budget-nan", [*_REL, "--epsilon", "1", "--ledger", "{tmp}/ledger.json", "--epsilon-total", "nan"],
      "epsilon_total must be a finite real number > 0, got nan"),
-    ("rel-target-no-colon", ["release", "--estimate", "{store}", "--data", "{data}", "--target", "mean",
+    ("rel-target-no-colon", ["release", "--store", "{store}", "--data", "{data}", "--target", "mean",
                              "--epsilon", "1", *_G], "must look like MODULE:ATTRIBUTE"),
 ]
 
@@ -248,10 +254,10 @@ def test_cli_counts_failed_pairs_instead_of_failing(capsys):
 SUBPROCESS = [
     (["plan", "--gamma", "nan"], "raydp: error: gamma must be a real number in (0, 1), got nan"),
     (["plan", "--m", str(HUGE)], f"raydp: error: m must be a positive integer at most 2**53, got {HUGE}"),
-    ([*_EST, "--out", "{file}"], "is a file; a store is a directory"),
+    ([*_EST, "--store", "{file}"], "is a file; a store is a directory"),
     (["estimate", "--target", "raydp.targets:nothere", *_O, "--n", "5", "--m", "50"], "has no attribute 'nothere'"),
     (["show", "foo://x"], "cannot open store 'foo://x'"),
-    (["release", "--estimate", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1", *_G], "--data: cannot read"),
+    (["release", "--store", "{store}", "--data", "{tmp}", *_T, "--epsilon", "1", *_G], "--data: cannot read"),
 ]
 
 

@@ -63,7 +63,7 @@ def test_estimate_show_release_round_trip(tmp_path, capsys):
     store = str(tmp_path / "est")
     code = main(["estimate", "--target", "raydp.targets:mean", "--oracle", "raydp.oracles:exponential",
                  "--oracle-args", '{"rate": 1.0}', "--n", "200", "--gamma", "0.1", "--seed", "5",
-                 "--out", store, "--json", "--quiet"])
+                 "--store", store, "--json", "--quiet"])
     est = json.loads(capsys.readouterr().out)
     assert code == 0 and est["plan"]["m"] == 285 and est["failures"] == 0 and est["sensitivity"] > 0
     code = main(["show", store, "--json", "--gamma", "0.2"])
@@ -71,23 +71,23 @@ def test_estimate_show_release_round_trip(tmp_path, capsys):
     assert code == 0 and shown["plan"]["gamma"] == 0.2 and shown["sensitivity"] <= est["sensitivity"]
     data = tmp_path / "private.parquet"
     pq.write_table(pa.table({"x": np.random.default_rng(0).exponential(1.0, 200)}), data)
-    code = main(["release", "--estimate", store, "--data", str(data), "--target", "raydp.targets:mean",
+    code = main(["release", "--store", store, "--data", str(data), "--target", "raydp.targets:mean",
                  "--epsilon", "0.5", "--gamma", "0.1", "--json"])
     rel = json.loads(capsys.readouterr().out)
     assert code == 0 and (rel["epsilon"], rel["delta"], rel["gamma"]) == (0.5, 0.0, 0.1)
     assert rel["sensitivity"] == est["sensitivity"]
     # the estimate was for n=200: a file of another size is refused, one line
     pq.write_table(pa.table({"x": np.ones(50)}), tmp_path / "small.parquet")
-    code = main(["release", "--estimate", store, "--data", str(tmp_path / "small.parquet"),
+    code = main(["release", "--store", store, "--data", str(tmp_path / "small.parquet"),
                  "--target", "raydp.targets:mean", "--epsilon", "0.5", "--gamma", "0.1"])
     err = capsys.readouterr().err
     assert code == 2 and "n=200" in err and len(err.strip().splitlines()) == 1
     # and so is another target
-    code = main(["release", "--estimate", store, "--data", str(data), "--target", "raydp.targets:median",
+    code = main(["release", "--store", store, "--data", str(data), "--target", "raydp.targets:median",
                  "--epsilon", "0.5", "--gamma", "0.1"])
     assert code == 2 and "target" in capsys.readouterr().err
     # and so is a store whose plan gives another gamma than the one asked for
-    code = main(["release", "--estimate", store, "--data", str(data), "--target", "raydp.targets:mean",
+    code = main(["release", "--store", store, "--data", str(data), "--target", "raydp.targets:mean",
                  "--epsilon", "0.5", "--gamma", "0.05"])
     err = capsys.readouterr().err
     assert code == 2 and "gives gamma=0.1, not the gamma=0.05" in err and len(err.strip().splitlines()) == 1

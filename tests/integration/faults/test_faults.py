@@ -394,7 +394,7 @@ def test_release_error_on_private_data_does_not_echo_it(tmp_path):
     store = tmp_path / "est"
     p = _cli(["estimate", *TARGET_ARGS, "--oracle", "raydp.oracles:bootstrap", "--oracle-args",
               json.dumps({"source": str(public)}), "--n", 40, "--m", 600, "--gamma", 0.2, "--seed", 3,
-              "--out", store, "--quiet"], env)
+              "--store", store, "--quiet"], env)
     assert p.returncode == 0, p.stderr
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -402,7 +402,7 @@ def test_release_error_on_private_data_does_not_echo_it(tmp_path):
     private = np.random.default_rng(2).exponential(1.0, 40)
     private[-1] = MARKER  # the target raises on this database, naming the record
     pq.write_table(pa.table({"x": private}), tmp_path / "private_last.parquet")
-    r = _cli(["release", "--estimate", store, "--data", tmp_path / "private_last.parquet", *TARGET_ARGS,
+    r = _cli(["release", "--store", store, "--data", tmp_path / "private_last.parquet", *TARGET_ARGS,
               "--epsilon", 1.0, "--gamma", 0.2], env)
     assert r.returncode == 2  # refused, as it should be
     assert not _hits((r.stdout + r.stderr).encode(), "release stderr"), r.stderr
@@ -447,20 +447,20 @@ def test_no_private_data_in_output_store_or_ray_logs(tmp_path, cluster):
               "--backend", "ray", "--address", cluster.address]
     outputs = []
     # a Ray run with failing pairs (the target raises, naming the record, on ~3% of pairs)
-    est = _cli(["estimate", *common, "--out", store, "--json"], env)
+    est = _cli(["estimate", *common, "--store", store, "--json"], env)
     outputs.append(("estimate", est))
     assert est.returncode == 0, est.stderr[-3000:]
     d = json.loads(est.stdout.strip().splitlines()[-1])
     assert d["failures"] > 0 and d["failure_kinds"] == {"target raised": d["failures"]}
     assert np.isfinite(d["sensitivity"])
     # the release on the private file (marker inside), with the Ray-made estimate
-    rel = _cli(["release", "--estimate", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0, "--gamma", 0.2],
+    rel = _cli(["release", "--store", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0, "--gamma", 0.2],
                env)
     outputs.append(("release", rel))
     assert rel.returncode == 0, rel.stderr
     released = float(rel.stdout.splitlines()[0])
     assert np.isfinite(released) and "random differential privacy" in rel.stdout
-    rel_json = _cli(["release", "--estimate", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0, "--gamma", 0.2,
+    rel_json = _cli(["release", "--store", store, "--data", private, *TARGET_ARGS, "--epsilon", 1.0, "--gamma", 0.2,
                      "--json"], env)
     outputs.append(("release --json", rel_json))
     assert rel_json.returncode == 0, rel_json.stderr
@@ -527,7 +527,7 @@ def test_strict_ray_run_does_not_print_target_messages(tmp_path, cluster):
         r = _cli(["estimate", *TARGET_ARGS, "--oracle", "raydp.oracles:bootstrap", "--oracle-args",
                   json.dumps({"source": str(tmp_path / "half.parquet")}), "--n", 40, "--m", 600,
                   "--gamma", 0.2, "--seed", 2,  # seed 2: the probe database is accepted
-                  "--backend", "ray", "--address", cluster.address, "--out", tmp_path / f"s{attempt}",
+                  "--backend", "ray", "--address", cluster.address, "--store", tmp_path / f"s{attempt}",
                   "--strict", "--quiet"], env)
         ours = _raydp_lines(r.stderr)
         assert len(ours) == 1 and ours[0].startswith("raydp: error: ") and ours[0].endswith(

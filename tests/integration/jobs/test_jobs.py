@@ -46,7 +46,7 @@ def test_svm_job_tiny_end_to_end_and_figure5_direction(tmp_path):
     rows = table.to_pylist()
     assert [(r["d"], r["gamma"]) for r in rows] == [(8, 0.15), (16, 0.15)]
     for r in rows:
-        assert r["m"] == 150 and r["k"] == raydp.plan(m=150, gamma=0.15).k
+        assert r["m"] == 150 and r["k"] == raydp.make_plan(m=150, gamma=0.15).k
         assert r["failures"] == 0 and math.isfinite(r["sensitivity"]) and r["sensitivity"] > 0
         # Figure 5: the sampled sensitivity is far below the analytic global bound
         assert r["global_bound"] == pytest.approx(2 + 2 * 3 * math.sqrt(r["d"]))

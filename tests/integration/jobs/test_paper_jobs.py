@@ -52,7 +52,7 @@ def test_example6_outputs_and_table_shape(example6_run):
         assert gammas[0] == pytest.approx(min_gamma(m), rel=1e-6) and gammas[-1] == pytest.approx(0.08)
         assert gammas == sorted(gammas)
         for r in mine:
-            assert r["repeats"] == 5 and r["k"] == raydp.plan(m=m, gamma=r["gamma"]).k
+            assert r["repeats"] == 5 and r["k"] == raydp.make_plan(m=m, gamma=r["gamma"]).k
             assert r["delta_star"] == pytest.approx(math.log(1 / r["gamma"]) / 100)  # n = 100, λ = 1
             assert r["sensitivity_mean"] > 0 and r["sensitivity_sd"] >= 0
         # a larger γ is a smaller order statistic of the same samples
@@ -86,7 +86,7 @@ def test_example6_helpers_and_bad_flags(tmp_path):
     grid = job.gamma_grid(2000, 0.08, 15)
     assert len(grid) == 15 and grid[0] >= min_gamma(2000) and grid[-1] == pytest.approx(0.08)
     for g in grid:
-        raydp.plan(m=2000, gamma=g)  # every grid point is admissible
+        raydp.make_plan(m=2000, gamma=g)  # every grid point is admissible
     assert job.gamma_grid(300, 0.08, 15) == []  # m=300 certifies only γ ≥ 0.10
     assert len({job.repeat_seed(0, 500, r) for r in range(50)}) == 50
     code, _, err = run_job("example6.py", "--ms", 300, "--backend", "local", "--out", tmp_path, cwd=tmp_path)
@@ -129,7 +129,7 @@ def test_kde_outputs_and_table_shape(kde_run):
         if r["curve"] == "global":
             assert r["sensitivity"] == bound and r["m"] is None
         else:
-            assert r["m"] == 2000 and r["k"] == raydp.plan(m=2000, gamma=0.1).k
+            assert r["m"] == 2000 and r["k"] == raydp.make_plan(m=2000, gamma=0.1).k
     md = (out / "kde_bernstein.md").read_text()
     assert "| epsilon | global | gamma=0.1 | bernstein_approx |" in md and md in stdout
 

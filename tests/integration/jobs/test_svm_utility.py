@@ -59,7 +59,7 @@ def test_outputs_and_table(tiny):
 def test_plans_sensitivities_and_global_bound(tiny):
     _, out, _, rows = tiny
     by = {r["curve"]: r for r in rows if r["epsilon"] == EPS[0]}
-    p_m, p_k = raydp.plan(gamma=0.2), raydp.plan(m=200, gamma=0.2)
+    p_m, p_k = raydp.make_plan(gamma=0.2), raydp.make_plan(m=200, gamma=0.2)
     assert (by["sampled_opt_m"]["m"], by["sampled_opt_m"]["k"]) == (p_m.m, p_m.k)
     assert (by["sampled_opt_k"]["m"], by["sampled_opt_k"]["k"]) == (200, p_k.k)
     # the global curve uses the Proposition-19 bound of jobs/svm_sensitivity.py (one definition)

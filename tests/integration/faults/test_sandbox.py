@@ -410,9 +410,9 @@ def _pearson(x, y) -> float:
 def test_respond_after_hides_how_long_the_target_ran():
     """A target that sleeps 0.02 s per unit of its data's mean (0..10: up to 0.2 s; not below 0.5, so the
     public replay before each release is quick), released 24 times:
-    with respond_after=0.4 every release takes at least 0.4 s (and at most 0.75 s: what follows the deadline
-    is the caller's own work, slower on a loaded host) and the times do not correlate with the means; without
-    it (the control, which shows the channel exists) they do, r > 0.9."""
+    with respond_after=0.4 every release takes at least 0.4 s, their median at most 0.55 s (what follows the
+    deadline is the caller's own work: a loaded host delays single releases, not the median) and the times do
+    not correlate with the means; without it (the control, which shows the channel exists) they do, r > 0.9."""
     need_sandbox()
     from scipy import stats
 
@@ -440,9 +440,10 @@ def test_respond_after_hides_how_long_the_target_ran():
     hidden = wall_times(respond_after=0.4)
     shown = wall_times()
     assert abs(_pearson(means, hidden)) < R_CRIT, (_pearson(means, hidden), hidden.round(3).tolist())
-    outside = [(int(np.flatnonzero(order == i)[0]), round(t, 3)) for i, t in enumerate(hidden)
-               if not 0.4 <= t <= 0.4 + 0.35]  # (its place in time order, its time)
-    assert outside == [], hidden.round(3).tolist()
+    early = [(int(np.flatnonzero(order == i)[0]), round(t, 3)) for i, t in enumerate(hidden)
+             if t < 0.4]  # (its place in time order, its time)
+    assert early == [], hidden.round(3).tolist()
+    assert np.median(hidden) <= 0.4 + 0.15, hidden.round(3).tolist()
     assert _pearson(means, shown) > 0.9, (_pearson(means, shown), shown.round(3).tolist())
 
 

@@ -28,11 +28,14 @@ block size, index) — so a second copy of a task is always safe. With ``backup_
 default when the cluster has more than one node) the driver starts a copy of a task on another node
 when
 
-- the task has run :data:`~raydp.engine.grouping.BACKUP_FACTOR` times what its blocks are expected
+- a copy has run :data:`~raydp.engine.grouping.BACKUP_FACTOR` times what its blocks are expected
   to take (the running mean of block seconds) plus :data:`~raydp.engine.grouping.BACKUP_SLACK`
-  seconds (:class:`~raydp.engine.grouping.Deadlines`), or it was never seen running that long after
-  its submission (plus :data:`UNSEEN_SECONDS` for a worker's start, unless a node already looks
-  lost): it may be waiting for a worker from the silent node; or
+  seconds since it started (:class:`~raydp.engine.grouping.Deadlines`), or it was never seen running
+  that long (plus :data:`~raydp.engine.schedule.UNSEEN_SECONDS` for a worker's start, unless a node
+  already looks lost) after its submission — and after the first result, which sets the expected
+  time — while no copy of the run started within that limit either: it may be waiting for a worker
+  from the silent node. A cold worker pool, or a queue behind busy slots, is no late task
+  (:mod:`raydp.engine.schedule`); or
 - Ray marks its node dead (every task never seen running is started again too).
 
 When tasks wait for a worker that long and no node is known to be lost, the driver greets every
@@ -58,12 +61,13 @@ dead gets one line naming it and saying what is redone. Ray's own driver lines (
 
 :meth:`RayBackend.imap` is the generic part (a function over groups of items, one shared object put
 once, bounded tasks in flight, errors unwrapped); the sampler's blocks and the baselines'
-sample-and-aggregate both run through it.
+sample-and-aggregate both run through it. Its state — tasks, copies, deadlines, suspect nodes — and
+every decision about it are :class:`raydp.engine.schedule.Scheduler`'s; this module holds the Ray
+calls around it (:func:`_drive`: ``ray.wait``, ``ray.get``, ``ray.cancel``, the node table).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import re
@@ -77,9 +81,10 @@ from ..errors import EngineError, InvalidArgumentError, TargetError
 from ..validation import check_int, check_real
 from . import progress as _progress
 from .blocks import BlockResult, PairJob, check_timeout
-from .grouping import Deadlines, FixedGroups, GuidedGroups, task_seconds
+from .grouping import FixedGroups, GuidedGroups, task_seconds
 from .protocol import Backend
 from .reach import DEFAULT_CONNECT_TIMEOUT, check_reachable
+from .schedule import DriverStats, Scheduler
 from .loopback import LOOPBACK_HOST, loopback_only
 
 _remote_cache: dict = {}
@@ -87,16 +92,9 @@ log = logging.getLogger("raydp.engine")
 
 # How often the driver looks at what it has not heard from (nodes, task starts, deadlines, heartbeat).
 WATCH_SECONDS = 1.0
-# The original and at most two backup copies of a task.
-MAX_COPIES = 3
-# How long a node's raylet may take to answer the driver's greeting before the node counts as silent,
-# and how often the driver asks (only while tasks wait for a worker and no node is known to be lost).
+# How long a node's raylet may take to answer the driver's greeting before the node counts as silent
+# (how often it is asked, and when a copy is late: raydp.engine.schedule).
 PROBE_SECONDS = 2.0
-PROBE_EVERY = 10.0
-# A task never seen running gets this much longer than its deadline (a worker's start on a loaded
-# host) before it counts as stuck on its way to a node that does not answer — unless a node already
-# looks lost (a task of it late, or Ray marked it dead): the tasks queued for it do not start either.
-UNSEEN_SECONDS = 10.0
 # Backup copies for the last wave (the MapReduce rule: once nothing is left to hand out, copy the
 # tasks still running on idle slots), here those past this many times their expected time. None: off —
 # on the 64-slot simulated cluster they did not pay (jobs/scale_sim.py --wide-case).
@@ -112,55 +110,6 @@ class _Listed(FixedGroups):
 
     def take(self) -> list:
         return super().take()[0]
-
-
-@dataclass
-class DriverStats:
-    """Where the driver's time went in one :meth:`RayBackend.imap` call (diagnostics for tuning and
-    ``jobs/scale_sim.py``; a few clock reads per task). ``last_stats()`` returns the latest one.
-
-    Wall time splits into ``submit_s`` (``task.remote``), ``wait_s`` (blocked in ``ray.wait``: the
-    driver idle), ``get_s`` (``ray.get``: fetching and deserialising results) and ``consumer_s`` (the
-    caller's work between two results: reducer, store, progress); the rest is loop bookkeeping.
-    ``submitted`` / ``done`` are per-task times (seconds from the start, in submission and completion
-    order), ``busy_s`` the block seconds reported by the tasks (the sampler's blocks only).
-    ``backups`` copies of late tasks were started and ``backups_won`` of them finished first;
-    ``duplicates`` results of a task came after its first (dropped; ``duplicates_differ`` of them
-    differed from it); ``expired`` copies were killed past ``task_timeout``; ``lost_nodes`` are the
-    nodes Ray marked dead during the run; ``deadline_factor`` is the factor of the deadlines at the end
-    (:class:`~raydp.engine.grouping.Deadlines`).
-    """
-
-    slots: int = 0
-    in_flight_cap: int = 0
-    groups: int = 0
-    results: int = 0
-    wall_s: float = 0.0
-    submit_s: float = 0.0
-    wait_s: float = 0.0
-    wait_calls: int = 0
-    get_s: float = 0.0
-    consumer_s: float = 0.0
-    busy_s: float = 0.0
-    submitted: list = field(default_factory=list)
-    done: list = field(default_factory=list)
-    backups: int = 0
-    backups_won: int = 0
-    duplicates: int = 0
-    duplicates_differ: int = 0
-    expired: int = 0
-    lost_nodes: list = field(default_factory=list)
-    deadline_factor: float = 0.0
-
-    def to_dict(self, timeline: bool = False) -> dict:
-        d = {k: getattr(self, k) for k in ("slots", "in_flight_cap", "groups", "results", "wall_s", "submit_s",
-                                           "wait_s", "wait_calls", "get_s", "consumer_s", "busy_s", "backups",
-                                           "backups_won", "duplicates", "duplicates_differ", "expired",
-                                           "deadline_factor")}
-        d["lost_nodes"] = list(self.lost_nodes)
-        if timeline:
-            d.update(submitted=list(self.submitted), done=list(self.done))
-        return d
 
 
 _last_stats: list = [None]
@@ -250,38 +199,6 @@ def _ray_lines_to_stderr() -> None:
 
     print_to_stderr.raydp_stderr = True
     worker.print_to_stdstream = print_to_stderr
-
-
-@dataclass(eq=False)
-class _Copy:
-    """One submission of a task: the original or a backup copy."""
-
-    ref: Any
-    task: "_Task"
-    seq: int
-    submitted: float  # time.monotonic()
-    backup: bool
-    deadline: float | None = None  # task_timeout: killed after this
-    node: str | None = None  # where it runs, once its start is seen
-    started: float | None = None
-    late: bool = False  # ran far past its time
-    lost: bool = False  # its node was marked dead
-    dropped: bool = False  # never seen running and given up for a new copy
-    klass: str | None = None  # its options beyond the plain ones (Ray queues each kind apart)
-    target: str | None = None  # the node it was sent to by name
-
-
-@dataclass(eq=False)
-class _Task:
-    """A group of items and its copies; done once one copy's result was yielded."""
-
-    group: list
-    copies: list = field(default_factory=list)
-    done: bool = False
-    winner: Any = None
-
-    def live(self, refs: dict) -> list:
-        return [c for c in self.copies if c.ref in refs]
 
 
 class _Watch:
@@ -382,28 +299,26 @@ class _Watch:
         self.used_kv = True
         return f"{self.prefix}{seq}"
 
-    def poll_starts(self, copies: dict[int, _Copy]) -> None:
-        """Where and since when the tracked copies in ``copies`` (by seq) run."""
-        if not self.used_kv or not copies:
-            return
+    def starts(self) -> list[tuple[int, str, float]]:
+        """``(seq, node, start)`` of the tracked copies running now (``start`` on ``time.monotonic()``'s
+        clock, from the worker's wall clock; :meth:`raydp.engine.schedule.Scheduler.seen_running`)."""
+        if not self.used_kv:
+            return []
         try:
             from ray.experimental import internal_kv
 
             keys = internal_kv._internal_kv_list(self.prefix, namespace=_KV_NAMESPACE)
         except Exception:
-            return
-        now, offset = time.monotonic(), time.time() - time.monotonic()
+            return []
+        offset = time.time() - time.monotonic()
+        out = []
         for raw in keys:
             try:
                 seq, nid, wall = raw.decode()[len(self.prefix):].split("/")
-                copy = copies.get(int(seq))
-                start = float(wall) - offset
+                out.append((int(seq), nid, float(wall) - offset))
             except (ValueError, UnicodeDecodeError):
                 continue
-            if copy is None or (copy.node == nid and copy.started is not None):
-                continue
-            # another host's clock: kept between the submission and the first sight of it
-            copy.node, copy.started = nid, min(max(start, copy.submitted), now)
+        return out
 
     def close(self) -> None:
         if self.used_kv:
@@ -438,31 +353,6 @@ class _Watch:
         return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=pick, soft=False)}
 
 
-def _klass(placement: dict | None) -> str | None:
-    """The kind of a copy's options beyond the plain ones: Ray queues and leases each kind apart."""
-    if not placement:
-        return None
-    return str(getattr(placement.get("scheduling_strategy"), "node_id", placement))
-
-
-def _span(tasks: list, what: str) -> str:
-    """"3 tasks (24 blocks: 100..115, 140..147)": the tasks, their items and, when they are numbers,
-    which (at most three runs of consecutive ones, then how many more)."""
-    items = sorted(i for t in tasks for i in t.group if isinstance(i, int))
-    n = sum(len(t.group) for t in tasks)
-    where = ""
-    if items and len(items) == n:
-        runs: list = []
-        for i in items:
-            if runs and i == runs[-1][1] + 1:
-                runs[-1][1] = i
-            else:
-                runs.append([i, i])
-        shown = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in runs[:3])
-        where = ": " + shown + (f" and {len(runs) - 3} more runs" if len(runs) > 3 else "")
-    return f"{len(tasks)} task{'s' if len(tasks) != 1 else ''} ({n} {what.rstrip('s') if n == 1 else what}{where})"
-
-
 def _same_results(a: list, b: list) -> bool:
     """Two copies of a task gave the same block results (index, pairs and, where both carry them, every
     G value bit for bit)."""
@@ -482,6 +372,123 @@ def _run_group(job: PairJob, blocks: list[int], compact: int | None) -> list[Blo
     if compact is not None:
         results = [r.compacted(compact) for r in results]
     return results
+
+
+class _Launcher:
+    """The scheduler's Ray calls: submit one copy of a task (:func:`_tracked`'s epoch, a node by name)
+    and cancel one. ``shared`` is put in the object store once."""
+
+    def __init__(self, fn: Callable, options: dict, shared: Any, args: tuple):
+        import ray
+
+        self.fn, self.options, self.args = fn, options, args
+        self.plain = _remote(fn).options(**options)
+        self.shared_ref = ray.put(shared)
+        self.watch: "_Watch | None" = None
+
+    def launch(self, seq: int, group: list, epoch: int, placement: dict | None):
+        if epoch == 0 and not placement:
+            runner = self.plain
+        else:
+            runner = _remote(self.fn, epoch).options(**self.options, **(placement or {}))
+        return runner.remote(self.watch.key(seq), self.shared_ref, group, *self.args)
+
+    @staticmethod
+    def cancel(ref, force: bool) -> None:
+        import ray
+
+        ray.cancel(ref, force=force)
+
+
+def _drive(sched: Scheduler, watch: _Watch, expired: Callable | None, stats: DriverStats) -> Iterator[tuple[list, Any]]:
+    """The driver's loop: submit, wait for results (``ray.wait``), hand them to the scheduler and yield
+    what it returns, kill what ran past ``task_timeout``, and about once a second look at the nodes."""
+    clock = time.perf_counter
+    next_watch = time.monotonic() + WATCH_SECONDS
+    while sched.busy:
+        if sched.wants_more():
+            t0 = clock()
+            sched.fill()
+            stats.submit_s += clock() - t0
+        done = _wait(list(sched.live), max(0.0, sched.wake(next_watch) - time.monotonic()), stats)
+        for group, value in _collect(sched, done, stats):
+            t1 = clock()
+            yield group, value
+            stats.consumer_s += clock() - t1
+        for t in sched.expire():
+            t0 = clock()
+            yield t.group, expired(t.group)
+            stats.consumer_s += clock() - t0
+        now = time.monotonic()
+        if now >= next_watch:
+            next_watch = now + (WATCH_SECONDS if sched.pending or LAST_WAVE_FACTOR is None else LAST_WAVE_WATCH)
+            _look(sched, watch)
+
+
+def _wait(refs: list, timeout: float, stats: DriverStats) -> list:
+    """The refs among ``refs`` that finished: the first within ``timeout``, then every other one already
+    finished (one scan of the pending refs and one ``ray.get`` for all of them instead of one each)."""
+    import ray
+
+    t0 = time.perf_counter()
+    done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+    stats.wait_calls += 1
+    if done and len(refs) > len(done):
+        more, _ = ray.wait([r for r in refs if r not in done], num_returns=len(refs) - len(done), timeout=0)
+        done = done + more
+    stats.wait_s += time.perf_counter() - t0
+    return done
+
+
+def _collect(sched: Scheduler, done: list, stats: DriverStats) -> Iterator[tuple[list, Any]]:
+    """Fetch the finished refs (one ``ray.get``; one by one when one of them failed, to name it) and hand
+    each to the scheduler; yield the results it says are new."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    if not done:
+        return
+    t0 = time.perf_counter()
+    try:
+        outcomes = [(True, r) for r in ray.get(done)]
+    except ray.exceptions.RayError:
+        outcomes = [_fetch(ref) for ref in done]
+    stats.get_s += time.perf_counter() - t0
+    for ref, (ok, value) in zip(done, outcomes):
+        if ok:
+            out = sched.done(ref, value)
+            if out is not None:
+                yield out
+            continue
+        cause = getattr(value, "cause", None) if isinstance(value, RayTaskError) else None
+        raised = (cause if isinstance(cause, Exception) else value) if isinstance(value, RayTaskError) else None
+        sched.failed(ref, value, raised)
+
+
+def _fetch(ref) -> tuple[bool, Any]:
+    """``(True, value)`` of a finished task, or ``(False, the error)``."""
+    import ray
+
+    try:
+        return True, ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        return False, exc
+
+
+def _look(sched: Scheduler, watch: _Watch) -> None:
+    """About once a second: the nodes (lost ones), the copies' starts, late copies, the heartbeat."""
+    lost = watch.poll_nodes()
+    if sched.live:
+        sched.seen_running(watch.starts())
+    if lost:
+        sched.hosts_lost(lost)
+    if watch.backups:
+        sched.check_late()
+        sched.last_wave()
+    display = _progress.current()
+    if display is not None and sched.open:
+        quiet = time.monotonic() - sched.last_result
+        display.waiting(quiet, lambda: sched.outstanding(quiet))
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None,
@@ -827,9 +834,6 @@ class RayBackend(Backend):
         exactly once, with the result of its first copy to finish; a later copy's result is dropped,
         after ``same(first, later)`` checked that they agree (when given).
         """
-        import ray
-        from ray.exceptions import RayTaskError
-
         pending = groups if isinstance(groups, FixedGroups) else _Listed(groups)
         if not pending:
             return
@@ -839,374 +843,24 @@ class RayBackend(Backend):
         in_flight_cap = self.max_in_flight
         if in_flight_cap is None:
             in_flight_cap = slots if self.task_timeout is not None else 2 * slots
-        options = self.task_options()
-        plain = _remote(fn).options(**options)
-        shared_ref = ray.put(shared)
-
+        edge = _Launcher(fn, self.task_options(), shared, args)
         stats = DriverStats(slots=slots, in_flight_cap=in_flight_cap)
         _last_stats[0] = stats
         clock = time.perf_counter
         t_start = clock()
         watch = _Watch(self)
-        deadlines = Deadlines()
-        seen = [0, 0.0]  # items and seconds of finished tasks as the driver saw them (when no block times)
-        live: dict = {}  # ref -> _Copy, every copy still awaited
-        open_tasks: dict = {}  # _Task -> None, in submission order: groups not yielded yet
-        seqs = itertools.count()
-        suspect: set = set()  # nodes with a late or lost copy: new tasks keep off them while one is left
-        epoch = [0, frozenset()]  # tasks are submitted as a new function for Ray whenever `suspect` grows
-        probed = [-PROBE_EVERY]  # when the nodes' raylets were last asked whether they answer
-        last_result = time.monotonic()
-        next_watch = last_result + WATCH_SECONDS
-        said: set = set()  # lines said once per run
-
-        def per_item() -> float | None:
-            """Seconds an item takes: the groups' running mean when they keep one, else as the driver saw
-            tasks take. None until a task has finished (a guess from the probe sets no deadline)."""
-            if not seen[0]:
-                return None
-            s = getattr(pending, "block_seconds", None)
-            return s if s is not None else seen[1] / seen[0]
-
-        def submit(t: _Task, backup: bool = False, placement: dict | None = None) -> None:
-            now = time.monotonic()
-            seq = next(seqs)
-            if not epoch[1] >= suspect:  # a node newly suspect: from now on a new kind of task for Ray
-                epoch[0], epoch[1] = epoch[0] + 1, frozenset(suspect | epoch[1])
-            if not backup and suspect:
-                placement = watch.placement(suspect, load())
-            if epoch[0] == 0 and not placement:
-                runner = plain
-            else:
-                runner = _remote(fn, epoch[0]).options(**options, **(placement or {}))
-            ref = runner.remote(watch.key(seq), shared_ref, t.group, *args)
-            copy = _Copy(ref, t, seq, now, backup,
-                         deadline=None if self.task_timeout is None else now + self.task_timeout,
-                         klass=f"{epoch[0]} {_klass(placement)}",
-                         target=getattr((placement or {}).get("scheduling_strategy"), "node_id", None))
-            t.copies.append(copy)
-            live[ref] = copy
-            if backup:
-                stats.backups += 1
-
-        def load() -> dict:
-            """Copies of this run on each node: running there, or sent there by name."""
-            out: dict = {}
-            for c in live.values():
-                nid = c.node if c.node is not None else c.target
-                if nid is not None:
-                    out[nid] = out.get(nid, 0) + 1
-            return out
-
-        def back_up(t: _Task, avoid: set) -> str | None:
-            """Start a copy of ``t`` off its own nodes (and off ``avoid`` when that leaves a node); None,
-            else why not."""
-            if sum(not c.dropped for c in t.copies) >= MAX_COPIES:
-                return "it has all its copies"
-            own = {c.node for c in t.copies if c.node}
-            placement = watch.placement(own | avoid, load())
-            if placement is None and avoid - own:
-                placement = watch.placement(own, load())
-            if placement is None and self.backup_tasks:  # asked for even where no other node is left
-                placement = {}
-            if placement is None:
-                return "no other node can run a copy"
-            stuck = [c for c in t.live(live) if c.late and c.started is None]
-            if not epoch[1] >= suspect:
-                epoch[0], epoch[1] = epoch[0] + 1, frozenset(suspect | epoch[1])
-            if stuck and all(c.klass == f"{epoch[0]} {_klass(placement)}" for c in t.live(live)):
-                return "a copy would wait in the same queue"
-            for c in stuck:  # a late copy never seen running is replaced, not joined: it may be
-                c.dropped = True  # waiting for a worker on a node that does not answer
-                del live[c.ref]
-                ray.cancel(c.ref, force=False)
-            submit(t, backup=True, placement=placement)
-            return None
-
-        def settle(t: _Task) -> None:
-            """``t`` has its result: cancel its other copies, but keep waiting for those that run late
-            on a node that does not answer or was lost (they cannot be reached; if one answers, its
-            result is compared and dropped)."""
-            for c in t.copies:
-                if c.ref in live and not (c.lost or (c.late and c.started is not None)):
-                    del live[c.ref]
-                    ray.cancel(c.ref, force=False)
-
-        def finish(t: _Task, copy: _Copy | None, value: Any = None) -> None:
-            del open_tasks[t]
-            t.done = True
-            now = time.monotonic()
-            if copy is not None:
-                began = copy.started if copy.started is not None else copy.submitted
-                seen[0] += len(t.group)
-                seen[1] += now - began
-                if copy.started is not None:
-                    deadlines.observe(now - copy.started, len(t.group), per_item())
-                if copy.backup:
-                    stats.backups_won += 1
-                if same is not None and any(c.ref in live for c in t.copies if c is not copy):
-                    t.winner = value
-                settle(t)
-            stats.done.append(clock() - t_start)
-            stats.results += 1
-
-        def lost_nodes(nodes: list[str]) -> None:
-            for nid in nodes:
-                stats.lost_nodes.append(nid)
-                suspect.add(nid)
-                there = [c for c in live.values() if c.node == nid]
-                for c in there:
-                    c.lost = True
-                tasks = list({c.task: None for c in there if not c.task.done})
-                # a task never seen running may be waiting for a worker on that node (Ray fails such a
-                # wait only when the connection's keepalive gives up): it is started again as well
-                unseen = [t for t in open_tasks if t not in tasks and all(c.started is None for c in t.live(live))]
-                redone, covered, stuck = [], [], []
-                for t in tasks + unseen:
-                    if any(not (c.lost or c.late) and c.started is not None for c in t.live(live)):
-                        covered.append(t)
-                    elif watch.backups and back_up(t, {nid}) is None:
-                        redone.append(t)
-                    elif t in tasks:
-                        stuck.append(t)
-                parts = []
-                if redone:
-                    parts.append(f"{_span(redone, what)} started again on other nodes"
-                                 + (f" ({len(unseen)} of them not seen running anywhere yet)" if unseen else ""))
-                if covered:
-                    parts.append(f"{_span(covered, what)} already have a copy running elsewhere")
-                if stuck:
-                    why = ("no other node can run them" if watch.backups else
-                           f"Ray retries them (up to {self.max_retries} times) once it notices")
-                    parts.append(f"{_span(stuck, what)} running there wait: {why}")
-                copies = f"{len(there)} cop{'y' if len(there) == 1 else 'ies'} of this run's tasks"
-                _progress.note(f"Ray marked node {watch.host(nid)} dead ({copies} were running there); "
-                               + ("; ".join(parts) if parts else "nothing to redo"))
-
-        def late_tasks(now: float) -> None:
-            s = per_item()
-            if s is None:
-                return  # nothing measured yet: no deadline
-            limits = {t: deadlines.limit(len(t.group), s) for t in open_tasks}
-            for t, limit in limits.items():
-                for c in t.live(live):
-                    if c.started is not None and not c.lost and now - c.started > limit:
-                        c.late = True
-            # a copy never seen running may wait for a worker on a node that does not answer: once a
-            # node is suspect, past its deadline; else only after a worker's start would surely be over
-            unseen_grace = 0.0 if suspect or any(c.late and c.started is not None for c in live.values()) \
-                else UNSEEN_SECONDS
-            late: dict = {}
-            for t, limit in limits.items():
-                fine, worst = False, None
-                for c in t.live(live):
-                    if c.lost:
-                        continue
-                    if c.started is not None:
-                        over = c.late
-                    else:  # queued far longer than a task takes: Ray waits for a worker it will not get
-                        over = now - c.submitted > limit + unseen_grace
-                        c.late = c.late or over
-                    if over:
-                        worst = c
-                    else:
-                        fine = True
-                if not fine and worst is not None and sum(not c.dropped for c in t.copies) < MAX_COPIES:
-                    late.setdefault(worst.node, []).append((t, worst))
-            if not late:
-                return
-            suspect.update(nid for nid in late if nid is not None)
-            if None in late and not suspect and now >= probed[0] + PROBE_EVERY:
-                # tasks wait for a worker and no node is known to be lost: ask every node's raylet
-                probed[0] = now
-                silent = watch.silent(watch.alive())
-                if silent:
-                    suspect.update(silent)
-                    _progress.note(f"{', '.join(sorted(watch.host(nid) for nid in silent))} "
-                                   f"{'does' if len(silent) == 1 else 'do'} not answer: new tasks keep off "
-                                   f"{'it' if len(silent) == 1 else 'them'}")
-            avoid = set(suspect)
-            for nid, pairs in late.items():
-                why = {t: back_up(t, avoid) for t, _ in pairs}
-                started = [t for t, _ in pairs if why[t] is None]
-                if not started:
-                    key = ("stuck", nid)
-                    if key not in said:
-                        said.add(key)
-                        where = f"on {watch.host(nid)} run" if nid is not None else "waiting for a worker have waited"
-                        reason = next(iter(why.values()))
-                        _progress.note(f"{_span([t for t, _ in pairs], what)} {where} far past their time, but "
-                                       f"{reason}: waiting for them (Ray gives a node up after missing health "
-                                       "checks for ~1 min)")
-                    continue
-                oldest = max(now - (c.started if c.started is not None else c.submitted) for _, c in pairs)
-                expected = deadlines.expected(sum(len(t.group) for t in started), s) / len(started)
-                where = (f"on {watch.host(nid)} ran {oldest:.0f} s" if nid is not None else
-                         f"waited {oldest:.0f} s for a worker")
-                _progress.note(f"{_span(started, what)} {where}, past {deadlines.factor:g}x the "
-                               f"{expected:.3g} s expected + {deadlines.slack:g} s: a copy of each started on another "
-                               "node; the first copy to finish is used"
-                               + (f"; new tasks keep off {watch.host(nid)}" if nid is not None else ""))
-
-        def last_wave(now: float) -> None:
-            s = per_item()
-            idle = slots - len(live)
-            if LAST_WAVE_FACTOR is None or pending or idle <= 0 or s is None:
-                return
-            ready = [t for t in open_tasks if len(t.live(live)) == 1 and t.live(live)[0].started is not None
-                     and now - t.live(live)[0].started > LAST_WAVE_FACTOR * len(t.group) * s]
-            ready.sort(key=lambda t: t.live(live)[0].started)
-            for t in ready[:idle]:
-                back_up(t, set())  # when it cannot, the task just runs on
-
-        def outstanding(now: float, quiet: float) -> str:
-            """What has not come back, where and for how long."""
-            alive = watch.alive()
-            only = next(iter(alive)) if len(alive) == 1 else None
-            where: dict = {}  # (node, running) -> [tasks, longest, lost]
-            for t in open_tasks:
-                copies = t.live(live)
-                hopeful = [c for c in copies if not (c.lost or c.late)]
-                copies = hopeful or copies  # the copy the task waits for: a backup once there is one
-                running = [c for c in copies if c.started is not None]
-                if running:
-                    c = min(running, key=lambda c: c.started)
-                    key, since = (c.node, True), c.started
-                else:  # untracked (one node) or not seen running yet: the time since it was submitted
-                    c = min(copies, key=lambda c: c.submitted)
-                    key, since = (None if watch.track else only, False), c.submitted
-                w = where.setdefault(key, [0, 0.0, False])
-                w[0] += 1
-                w[1] = max(w[1], now - since)
-                w[2] = w[2] or c.lost
-            parts = []
-            for (nid, running), (n, longest, lost) in sorted(where.items(), key=lambda kv: -kv[1][1]):
-                tasks = f"{n} task{'s' if n != 1 else ''}"
-                if nid is None:
-                    parts.append(f"{tasks} not seen running yet, submitted {longest:.0f} s ago")
-                else:
-                    parts.append(f"{watch.host(nid)}{' (lost)' if lost else ''}: {tasks} "
-                                 f"{'running' if running else 'submitted'} {longest:.0f} s")
-            items = sum(len(t.group) for t in open_tasks)
-            return (f"nothing back for {quiet:.0f} s: {items} {what.rstrip('s') if items == 1 else what} "
-                    f"outstanding in {len(open_tasks)} task{'s' if len(open_tasks) != 1 else ''}; " + "; ".join(parts))
-
-        def look(now: float) -> None:
-            lost = watch.poll_nodes()
-            watch.poll_starts({c.seq: c for c in live.values()})
-            if lost:
-                lost_nodes(lost)
-            if watch.backups:
-                late_tasks(now)
-                last_wave(now)
-            display = _progress.current()
-            if display is not None and open_tasks:
-                quiet = now - last_result
-                display.waiting(quiet, lambda: outstanding(now, quiet))
-
+        edge.watch = watch
+        sched = Scheduler(pending, slots=slots, in_flight_cap=in_flight_cap, cluster=watch, launch=edge.launch,
+                          cancel=edge.cancel, task_timeout=self.task_timeout, backup_tasks=self.backup_tasks,
+                          max_retries=self.max_retries, what=what, same=same, expirable=expired is not None,
+                          last_wave_factor=LAST_WAVE_FACTOR, stats=stats, elapsed=lambda: clock() - t_start)
         try:
-            while pending or open_tasks:
-                if pending and len(open_tasks) < in_flight_cap:
-                    t0 = clock()
-                    while pending and len(open_tasks) < in_flight_cap:
-                        t = _Task(pending.take())
-                        open_tasks[t] = None
-                        submit(t)
-                        stats.groups += 1
-                        stats.submitted.append(clock() - t_start)
-                    stats.submit_s += clock() - t0
-                now = time.monotonic()
-                wake = next_watch
-                if self.task_timeout is not None:
-                    wake = min(wake, min((c.deadline for c in live.values()), default=wake))
-                t0 = clock()
-                done, _ = ray.wait(list(live), num_returns=1, timeout=max(0.0, wake - now))
-                stats.wait_s += clock() - t0
-                stats.wait_calls += 1
-                if done and len(live) > len(done):
-                    # Collect every other task already finished in the same pass: one scan of the
-                    # pending refs and one ray.get for all of them instead of one each.
-                    t0 = clock()
-                    more, _ = ray.wait([r for r in live if r not in done], num_returns=len(live) - len(done),
-                                       timeout=0)
-                    stats.wait_s += clock() - t0
-                    done = done + more
-                if done:
-                    t0 = clock()
-                    try:
-                        outcomes = [(True, r) for r in ray.get(done)]
-                    except ray.exceptions.RayError:  # one of them failed: fetch them one by one to name it
-                        outcomes = [self._fetch(ref) for ref in done]
-                    stats.get_s += clock() - t0
-                    for ref, (ok, value) in zip(done, outcomes):
-                        copy = live.pop(ref, None)
-                        if copy is None:
-                            continue
-                        t = copy.task
-                        if ok and copy.node in suspect and not copy.lost:
-                            suspect.discard(copy.node)  # it answers again
-                        if not ok:
-                            if isinstance(value, RayTaskError) and not t.done:
-                                cause = getattr(value, "cause", None)
-                                raise (cause if isinstance(cause, Exception) else value) from None
-                            if t.done or t.live(live):
-                                continue  # a copy lost while another one finished or still runs
-                            raise EngineError(
-                                f"{what} {t.group[0]}..{t.group[-1]} were lost ({type(value).__name__}; Ray "
-                                f"retries a dead worker's task up to {self.max_retries} times); the run stops "
-                                "rather than return fewer than m pairs. Rerun with a store and resume=True to keep "
-                                "finished blocks.") from value
-                        if t.done:
-                            stats.duplicates += 1
-                            if same is not None and t.winner is not None and not same(t.winner, value):
-                                stats.duplicates_differ += 1
-                                if "differ" not in said:
-                                    said.add("differ")
-                                    log.warning("two copies of %s %s..%s gave different results (the first is "
-                                                "kept): the target does not give the same value for the same "
-                                                "input every time", what, t.group[0], t.group[-1])
-                            if not any(c.ref in live for c in t.copies):
-                                t.winner = None
-                            continue
-                        finish(t, copy, value)
-                        last_result = time.monotonic()
-                        t1 = clock()
-                        yield t.group, value
-                        stats.consumer_s += clock() - t1
-                now = time.monotonic()
-                if self.task_timeout is not None:
-                    for copy in [c for c in live.values() if c.deadline is not None and c.deadline <= now]:
-                        del live[copy.ref]
-                        ray.cancel(copy.ref, force=True)
-                        stats.expired += 1
-                        t = copy.task
-                        if t.done or t.live(live):
-                            continue
-                        if expired is None:
-                            raise EngineError(f"{what} {t.group[0]}..{t.group[-1]}: task ran over "
-                                              f"task_timeout={self.task_timeout:g} s")
-                        finish(t, None)
-                        t0 = clock()
-                        yield t.group, expired(t.group)
-                        stats.consumer_s += clock() - t0
-                if now >= next_watch:
-                    next_watch = now + (WATCH_SECONDS if pending or LAST_WAVE_FACTOR is None else LAST_WAVE_WATCH)
-                    look(now)
+            yield from _drive(sched, watch, expired, stats)
         finally:
             stats.wall_s = clock() - t_start
-            stats.deadline_factor = deadlines.factor
-            for ref in live:
-                ray.cancel(ref, force=False)
+            stats.deadline_factor = sched.deadlines.factor
+            sched.close()
             watch.close()
-
-    def _fetch(self, ref) -> tuple[bool, Any]:
-        """``(True, value)`` of a finished task, or ``(False, the error)``."""
-        import ray
-
-        try:
-            return True, ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            return False, exc
 
     # ---- the sampler's blocks ---------------------------------------------------------------
     def run(self, job: PairJob, blocks: Sequence[int], *, compact: int | None = None) -> Iterator[BlockResult]:

@@ -45,8 +45,11 @@ def spread_text(values, fmt: str = "{:.2f}") -> str:
 
 
 def machine() -> dict:
-    """This machine: cores, CPU model, memory, its load when the job started (other users' work is in every
-    figure of a shared machine), and the versions that change what a benchmark measures."""
+    """This machine: cores, CPU model, memory, operating system, its load when the job started (other users'
+    work is in every figure of a shared machine), and the versions that change what a benchmark measures.
+
+    Every report a job writes records it: :func:`start` puts it in the JSON document, :func:`stamp` in the
+    first line of the Markdown."""
     import numpy as np
 
     import raydp
@@ -64,16 +67,27 @@ def machine() -> dict:
     except OSError:
         pass
     return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "load_at_start": round(os.getloadavg()[0], 2),
-            "python": platform.python_version(), "numpy": np.__version__, "ray": _version("ray"),
+            "os": _os_name(), "python": platform.python_version(), "numpy": np.__version__, "ray": _version("ray"),
             "raydp": raydp.__version__, "platform": platform.platform()}
 
 
+def _os_name() -> str:
+    """The distribution's name and version (``/etc/os-release``), else the system and its release."""
+    try:
+        with open("/etc/os-release") as f:
+            fields = dict(ln.rstrip("\n").split("=", 1) for ln in f if "=" in ln)
+        return fields["PRETTY_NAME"].strip('"')
+    except (OSError, KeyError, ValueError):
+        return f"{platform.system()} {platform.release()}".strip()
+
+
 def machine_line(m) -> str:
-    if isinstance(m, str):  # a report written before the machine was recorded as fields
+    if isinstance(m, str):  # a machine given as one line of text
         return m
     load = f" · load average {m['load_at_start']} at the start" if "load_at_start" in m else ""
-    return (f"{m['cores']} cores · {m['cpu']} · {m['memory_gib']} GiB · Python {m['python']} · numpy {m['numpy']} · "
-            f"Ray {m['ray']}{load}")
+    system = f" · {m['os']}" if m.get("os") else ""
+    return (f"{m['cores']} cores · {m['cpu']} · {m['memory_gib']} GiB{system} · Python {m['python']} · "
+            f"numpy {m['numpy']} · Ray {m['ray']}{load}")
 
 
 def _version(package: str) -> str:
@@ -119,13 +133,15 @@ def stamp(report: dict) -> str:
             f"{machine_line(report['machine'])}.\n\nCommand: `{report['command']}`\n")
 
 
-def stamped(job: str, argv, markdown: str) -> str:
-    """``markdown`` with a fresh stamp at its top (under its title, if it has one): for the jobs that write
-    their Markdown themselves."""
+def stamped(job: str, argv, markdown: str, report: dict | None = None) -> str:
+    """``markdown`` with a stamp at its top (under its title, if it has one): for the jobs that write their
+    Markdown themselves. The stamp is ``report``'s (a job that also writes a JSON document passes the one
+    it records there), else a fresh one."""
+    report = start(job, argv) if report is None else report
     if markdown.startswith("# "):
         title, _, rest = markdown.partition("\n")
-        return f"{title}\n\n{stamp(start(job, argv))}\n{rest.lstrip()}"
-    return stamp(start(job, argv)) + "\n" + markdown
+        return f"{title}\n\n{stamp(report)}\n{rest.lstrip()}"
+    return stamp(report) + "\n" + markdown
 
 
 def header(title: str, report: dict) -> str:

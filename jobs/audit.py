@@ -237,11 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         w.flagged for r in cov_results for w in r.wrong if w.name in ("naive", "median"))
     summary = ("all as expected: correct mechanisms and sampler pass, mis-scaled ones are flagged"
                if ok_audit and ok_cov else "NOT as expected: see the verdict columns")
-    text = _report.stamped("audit", argv, text + f"\n{summary}.\n")
+    report = _report.start("audit", argv)   # date, commit, machine, command: in both files
+    text = _report.stamped("audit", argv, text + f"\n{summary}.\n", report)
     md_path, json_path = os.path.join(a.out, "audit.md"), os.path.join(a.out, "audit.json")
     with open(md_path, "w", encoding="utf-8") as f:
         f.write(text)
     payload = {
+        **report,
         "settings": {"runs": a.runs, "n": a.n, "scale": a.scale, "alpha": a.alpha,
                      "coverage_alpha": a.coverage_alpha, "law_alpha": a.law_alpha, "seed": a.seed},
         "audit": audit_rows,

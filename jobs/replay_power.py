@@ -1,13 +1,13 @@
-"""Replay with measured power: how often a stale Δ̂ gets through, before and now, and what replay costs.
+"""Replay with measured power: how often a stale Δ̂ gets through fixed or drawn pairs, and what replay costs.
 
 A stored Δ̂ is reused with the target as it is at release time; the release replays pairs of the sampled
 run with that target (in the sealed process that then evaluates the private data) and is refused when a G
 differs (:mod:`raydp.engine.witness`).
 
-* **Before**: the ≤ 5 fixed witness pairs (the pair that set Δ̂, the largest G, 3 pairs drawn by the run's
+* **Fixed witnesses**: the ≤ 5 fixed witness pairs (the pair that set Δ̂, the largest G, 3 pairs drawn by the run's
   seed) — emulated here by replaying the estimate's witnesses with their kept records through the same
   sealed process and the same comparison.
-* **Now**: r pairs drawn at release time, from OS entropy, uniformly from all the run's pairs with a finite
+* **Drawn at release**: r pairs drawn at release time, from OS entropy, uniformly from all the run's pairs with a finite
   G (r = the pairs that fit in 5 % of the sampling time, at least 30, at most m), and the pair that set Δ̂ —
   ``sample_then_respond`` as a user calls it.
 
@@ -75,8 +75,8 @@ def config_target(path: str):
 
 
 def _before(est, target) -> bool:
-    """The rule of before: the fixed witnesses replayed in the sealed process; True when accepted."""
-    plan = witness.fixed(est.witnesses, est.plan.m, "the rule of before")
+    """The fixed-witness rule: the fixed witnesses replayed in the sealed process; True when accepted."""
+    plan = witness.fixed(est.witnesses, est.plan.m, "the fixed-witness rule")
     mech = raydp.Laplace(1.0)
     with Sealed() as sealed:
         sealed.load(target, mech, est.n, est.output_dim)
@@ -160,13 +160,13 @@ def main(argv=None) -> int:
 
     md = _report.header("Replay with measured power", report)
     md += ("\nA stale Δ̂: a target reads a factor from a configuration file, which changes after Δ̂ was sampled "
-           "so that a share q of databases (by a hash of their bytes) give 1000×. *Before*: the estimate's fixed "
-           "witness pairs replayed (the rule of before, emulated through the same sealed process); *now*: "
+           "so that a share q of databases (by a hash of their bytes) give 1000×. *Fixed witnesses*: the estimate's "
+           "fixed witness pairs replayed (emulated through the same sealed process); *drawn at release*: "
            "`sample_then_respond` as a user calls it — r pairs drawn at release time from all m, and the pair that "
            "set Δ̂. The bounds are per release: a change moving G on ≥ q of pairs gets through with probability "
            "≤ (1 − q)^r (any change), ≤ (1 − q)^(2r) when it hits a pair's two databases independently (this one).\n\n")
     md += _report.table(
-        ["q", "estimates", "m", "pairs before", "stale Δ̂ accepted before", "r now", "stale Δ̂ accepted now",
+        ["q", "estimates", "m", "fixed witnesses", "stale Δ̂ accepted, fixed", "r drawn", "stale Δ̂ accepted, drawn",
          "bound (1 − q)^r", "bound (1 − q)^(2r)"],
         [[f"{row['q']:g}", row["seeds"], row["m"], "/".join(map(str, row["witnesses"])),
           f"{row['accepted_before']} of {row['seeds']}", "/".join(map(str, row["r"])),

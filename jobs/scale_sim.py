@@ -714,7 +714,7 @@ WIDE = dict(nodes=2, cpus_per_node=32, m=1305, t_eval=0.1, setup_s=2.0)
 
 @contextlib.contextmanager
 def _grouping(which: str | None):
-    """``"1s-tasks"``: an earlier grouping of the engine (at most 1 s of blocks and
+    """``"1s-tasks"``: a time-capped grouping (at most 1 s of blocks and
     ⌈left/(4·slots)⌉ a task, one block per task until a block came back) for this run; None: the default."""
     from raydp.engine import ray as ray_engine
 
@@ -750,13 +750,13 @@ def _last_wave(on: bool):
         ray_engine.LAST_WAVE_FACTOR = saved
 
 
-WIDE_KINDS = ("default", "no-backups", "last-wave", "1s-tasks", "0ed1578", "setup")
+WIDE_KINDS = ("default", "no-backups", "last-wave", "1s-tasks", "m/256-blocks", "setup")
 
 
 def wide_driver(config_path: str) -> int:
-    """Driver of ``--wide-case``: warm every slot, then take turns: the default, the grouping of the
-    earlier grouping (``1s-tasks``), the layout of commit 0ed1578 (blocks of ⌈m/256⌉ = 6 pairs, one block
-    per task) and a target with a 2 s ``setup()``."""
+    """Driver of ``--wide-case``: warm every slot, then take turns: the default, the time-capped grouping
+    (``1s-tasks``), coarse blocks (``m/256-blocks``: blocks of ⌈m/256⌉ = 6 pairs, one block per task) and a
+    target with a 2 s ``setup()``."""
     import ray
 
     import raydp
@@ -777,7 +777,7 @@ def wide_driver(config_path: str) -> int:
         if time.perf_counter() - t0 < 3.0:
             break
     runs = {"default": {}, "no-backups": dict(backup_tasks=False), "last-wave": dict(last_wave=True),
-            "1s-tasks": dict(grouping="1s-tasks"), "0ed1578": dict(block_size=-(-m // 256), group=1), "setup": {}}
+            "1s-tasks": dict(grouping="1s-tasks"), "m/256-blocks": dict(block_size=-(-m // 256), group=1), "setup": {}}
     runs = {kind: runs[kind] for kind in cfg.get("kinds") or WIDE_KINDS}
     out = {"slots": slots, "m": m, "t_eval": t, "runs": []}
     ideal = 2 * m * t / slots
@@ -858,9 +858,9 @@ def wide_case(args) -> dict:
           "late tasks on (two nodes); `no-backups` = the same with `backup_tasks=False` (no task is tracked, "
           "timed or copied); `last-wave` = the default plus copies for the last wave (once nothing is left to hand "
           "out, a task past its expected time gets a copy on an idle slot); backup copies = copies started / "
-          "copies that finished first, per repeat. `1s-tasks` = an earlier "
+          "copies that finished first, per repeat. `1s-tasks` = a time-capped "
           "grouping (at most 1 s and ⌈left/(4·slots)⌉ blocks a task, one block per task until "
-          "a block came back); `0ed1578` = the layout of commit 0ed1578 (blocks of ⌈m/256⌉ pairs, one "
+          "a block came back); `m/256-blocks` = coarse blocks (⌈m/256⌉ pairs each, one "
           "block per task); `setup` = the default with a 2 s `setup()` "
           "(set-ups counted: the driver's one plus one per worker process that ran a task).\n\n"
           + _report.table(["run", "block size", "tasks", "efficiency (median)", "range", "repeats", "backup copies",

@@ -6,8 +6,8 @@ The same time budget buys far more pairs when a pair is cheap. In one process, o
   held to one thread for both — on a busy machine scikit-learn's fits with two BLAS threads were several
   times slower, which would flatter the speed-up) for
   ``LogisticRegression()``, ``Ridge()`` and ``make_pipeline(StandardScaler(), LogisticRegression())`` at
-  n = 400 records of d = 17 features — *before*: the targets made inside ``raydp.sklearn.fast.disabled()``
-  (every database fitted by scikit-learn), *after*: with their fast forms (batched normal
+  n = 400 records of d = 17 features — *scikit-learn fits*: the targets made inside
+  ``raydp.sklearn.fast.disabled()`` (every database fitted by scikit-learn), *fast forms*: with their fast forms (batched normal
   equations; the exact logistic minimiser, D′ warm-started from D). Repeats are interleaved, so the
   machine's load falls on both alike. Next to it, how far the fast G are from the released function's: the
   same pairs evaluated through the block form and database by database (``__call__``, the function the
@@ -15,9 +15,10 @@ The same time budget buys far more pairs when a pair is cheap. In one process, o
 * ``line``: the README's one-liner (``PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression()),
   epsilon=1, delta=1e-5, gamma=0.05, tune=True)``, ``backend="local"``, the default 20 s budget) on the
   README's data (breast cancer, 199 private training rows, 30 columns) and on a 400-row, 17-column
-  ``make_classification`` set, for ``--seeds`` seeds, before and after: wall time, m and Δ̂ and its spread
-  across the seeds (sd / mean). *Before* is the fit without them: no fast forms and the fewest pairs γ
-  allows (``time_budget=None``: m = k = 1305, Δ̂ the largest G); *after*: the line as written (20 s budget).
+  ``make_classification`` set, for ``--seeds`` seeds, both ways: wall time, m and Δ̂ and its spread
+  across the seeds (sd / mean). *Scikit-learn fits, fewest pairs* is the fit without fast forms and at the
+  fewest pairs γ allows (``time_budget=None``: m = k = 1305, Δ̂ the largest G); *as written*: the line as
+  written (fast forms, 20 s budget).
 
     python jobs/sklearn_pair_speed.py                  # ~10 min on 2 cores
     python jobs/sklearn_pair_speed.py --repeats 1 --seeds 2 --out /tmp/sps
@@ -110,7 +111,7 @@ def _pairs_section(repeats: int, before_m: int, after_m: int) -> dict:
                      "delta_hat": float(c.sensitivity),
                      "delta_hat_difference": float(abs(f.sensitivity - c.sensitivity)),
                      "pair_form": "pair_batch" if callable(getattr(after, "pair_batch", None)) else "batch"}
-        print(f"{name}: before {_report.spread_text(rates['before'], '{:.0f}')} pairs/s, after "
+        print(f"{name}: scikit-learn fits {_report.spread_text(rates['before'], '{:.0f}')} pairs/s, fast forms "
               f"{_report.spread_text(rates['after'], '{:.0f}')} pairs/s", flush=True)
     return out
 
@@ -158,10 +159,13 @@ def line_section(seeds: int) -> dict:
                 runs["before"].append(_line(public, X, y, Xt, yt, seed, time_budget=None))
             runs["after"].append(_line(public, X, y, Xt, yt, seed))
             print(f"{which}, seed {seed}: " + "; ".join(
-                f"{mode} {r[-1]['wall']:.1f} s, m={r[-1]['m']}, Δ̂={r[-1]['delta_hat']:.4g}"
+                f"{LINE_MODES[mode]} {r[-1]['wall']:.1f} s, m={r[-1]['m']}, Δ̂={r[-1]['delta_hat']:.4g}"
                 for mode, r in runs.items()), flush=True)
         out[which] = {"n": int(X.shape[0]), "d": int(X.shape[1]), "runs": runs}
     return out
+
+
+LINE_MODES = {"before": "scikit-learn fits, fewest pairs", "after": "as written"}  # report keys -> labels
 
 
 def _spread(values) -> float:
@@ -172,9 +176,9 @@ def markdown(report: dict) -> str:
     md = _report.header("Cheaper pairs for scikit-learn models: pairs per second and the one-liner", report)
     p = report["pairs"]
     md += (f"\nPairs per second in process (one core, `estimate_sensitivity`, n = {N}, d = {D}), median [min–max] of "
-           f"{report['repeats']} interleaved repeats: *before* the targets are made inside "
+           f"{report['repeats']} interleaved repeats: *scikit-learn fits*: the targets made inside "
            "`raydp.sklearn.fast.disabled()` (every database fitted by scikit-learn; "
-           f"{report['before_m']} pairs a run), *after* with their fast forms ({report['after_m']} pairs a run). "
+           f"{report['before_m']} pairs a run); *fast forms*: with their fast forms ({report['after_m']} pairs a run). "
            "*G vs released*: the same 512 pairs through the fast form and database by database through the "
            "function the release fits (`__call__`), the largest difference of a G and of Δ̂ = G_(512).\n\n")
     rows = []
@@ -183,17 +187,18 @@ def markdown(report: dict) -> str:
                      _report.spread_text(r["rates"]["after"], "{:.0f}"),
                      _report.spread_text(r["rates"]["ratio"], "{:.1f}") + "×", f"`{r['pair_form']}`",
                      f"{r['max_g_difference']:.1e} (Δ̂ {r['delta_hat']:.3g}, differs by {r['delta_hat_difference']:.1e})"])
-    md += _report.table(["model", "before, pairs/s", "after, pairs/s", "speed-up", "form", "G vs released"], rows)
-    md += ("\n\nBefore, a logistic regression's released function was scikit-learn's lbfgs fit at tol=1e-4; after, "
-           "it is the exact minimiser of the same objective (`raydp.sklearn.fast`), so *before* and *after* "
+    md += _report.table(["model", "scikit-learn fits, pairs/s", "fast forms, pairs/s", "speed-up", "form", "G vs released"], rows)
+    md += ("\n\nWith scikit-learn fits a logistic regression's released function is scikit-learn's lbfgs fit at "
+           "tol=1e-4; with fast forms it is the exact minimiser of the same objective (`raydp.sklearn.fast`), so the "
+           "two "
            "release slightly different functions for the two logistic models (~1e-3 relative): their speeds are "
            "comparable, their Δ̂ are not. Ridge releases scikit-learn's own fit in both.\n")
     if "line" in report:
         md += ("\n## The one-liner\n\nThe README's line (`tune=True`, ε = 1, δ = 1e-5, γ = 0.05, `backend=\"local\"`), "
-               "the fit alone, per seed (`SamplerOptions(seed=...)`), in this machine's default threads. *After*: "
-               "the line as written (the default 20 s budget). *Before*: the fit without fast forms — inside "
+               "the fit alone, per seed (`SamplerOptions(seed=...)`), in this machine's default threads. *As written*: "
+               "the line as written (the default 20 s budget). *Scikit-learn fits, fewest pairs*: the fit without fast forms — inside "
                "`raydp.sklearn.fast.disabled()` and with `time_budget=None`, the fewest pairs γ allows (m = k = 1305, "
-               "Δ̂ the largest G: what a 20 s budget bought on a loaded "
+               "Δ̂ the largest G: what a 20 s budget buys with scikit-learn's fits on a loaded "
                "machine). Δ̂ spread is sd / mean across the seeds.\n\n")
         rows = []
         for which, w in report["line"].items():
@@ -201,7 +206,7 @@ def markdown(report: dict) -> str:
                 runs = w["runs"][mode]
                 deltas = [r["delta_hat"] for r in runs]
                 tuned = sorted({", ".join(f"{k}={v}" for k, v in sorted(r["tuned"].items())) for r in runs})
-                rows.append([f"{which} (n = {w['n']}, d = {w['d']})", mode,
+                rows.append([f"{which} (n = {w['n']}, d = {w['d']})", LINE_MODES[mode],
                              _report.spread_text([r["wall"] for r in runs], "{:.1f}") + " s",
                              ", ".join(str(r["m"]) for r in runs),
                              f"{statistics.fmean(deltas):.4g}", f"{100 * _spread(deltas):.1f}%",
@@ -222,9 +227,9 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the pairs-per-second runs")
-    ap.add_argument("--before-m", type=int, default=300, help="pairs a run before (scikit-learn fits)")
-    ap.add_argument("--after-m", type=int, default=5000, help="pairs a run after (fast forms)")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds of the one-liner, before and after (0: skip it)")
+    ap.add_argument("--before-m", type=int, default=300, help="pairs a run with scikit-learn fits")
+    ap.add_argument("--after-m", type=int, default=5000, help="pairs a run with fast forms")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds of the one-liner, each way (0: skip it)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     a = ap.parse_args(argv)
     report = _report.start("sklearn_pair_speed", argv)

@@ -50,7 +50,7 @@ tune=True)`` (``Ridge()`` for a regression), on every RAW column of three bundle
 2 classes; wine: 13 columns, 3 cultivars; diabetes with ``scaled=False``: 10 columns, Ridge). Each of
 --repeats splits (default 5, fixed seeds) shuffles a set: the public half is the oracle, the private
 half is split 70/30 into train and test. Lines: the trivial predictor, the non-private pipeline, the
-line with its old defaults (``time_budget=None, mechanism="gaussian"``: the fewest pairs, Gaussian),
+line at the fewest pairs with the Gaussian (``time_budget=None, mechanism="gaussian"``),
 the line with ``tune=False`` (C or alpha as given; a sampling budget; the mechanism chosen on public pilot
 pairs, the budget spent on its Δ̂), the line as written (``tune=True``: regularisation and public clipping
 chosen on public pilot pairs as well), the ``PrivateSearchCV``
@@ -59,8 +59,8 @@ bounds. Each private fit is recorded with its mechanism, (m, k), Δ̂, preview, 
 judged it useless or risky (its stated interval reaching below the trivial predictor) and whether a
 UtilityWarning was seen, then released --releases more times at its
 Δ̂ to measure how often a release lands in its preview's interval. Then Δ̂ across --spread-seeds
-sampler seeds (before; C as given in ℓ2 with ``mechanism="gaussian"``; the line as written), ``on_useless="refuse"`` with a ledger on a useless fit, and the
-wall time of one fit of each line (before, ``tune=False``, as written), each in a fresh process, in process and on a 2-node
+sampler seeds (the fewest pairs; C as given in ℓ2 with ``mechanism="gaussian"``; the line as written), ``on_useless="refuse"`` with a ledger on a useless fit, and the
+wall time of one fit of each line (fewest pairs, ``tune=False``, as written), each in a fresh process, in process and on a 2-node
 :class:`raydp.local_cluster.LocalCluster` (--wall-time-repeats rounds, interleaved). Writes
 ``sklearn_one_liner.{md,json}`` in --out (38 minutes on 2 shared cores with the README's options).
 
@@ -139,8 +139,8 @@ def make_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fresh", action="store_true", help="delete stored Δ̂ samples first instead of reusing them")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     ap.add_argument("--one-liner", action="store_true",
-                    help="only the README's line on raw public data (breast cancer, wine, diabetes): before/after its "
-                         "defaults changed, PrivateSearchCV, diffprivlib, Δ̂ across seeds, the preview's calibration, "
+                    help="only the README's line on raw public data (breast cancer, wine, diabetes): as written, as given, "
+                         "at the fewest pairs, PrivateSearchCV, diffprivlib, Δ̂ across seeds, the preview's calibration, "
                          "the refusal and the fit's wall time; one --epsilons value (default 1), --repeats default 5")
     ap.add_argument("--sets", nargs="+", choices=sorted(ONE_LINER_SETS), default=list(ONE_LINER_SETS),
                     metavar="SET", help="--one-liner: data sets (default: all of breast_cancer wine diabetes)")
@@ -475,13 +475,14 @@ ONE_LINER_SETS = {
                  "pressure, six serum measurements), progression after a year, Ridge"),
 }
 REGRESSION_SETS = ("diabetes",)
-# The line's defaults before the time budget and the mechanism choice: the fewest pairs γ allows, Gaussian for δ > 0.
-OLD_DEFAULTS = {"time_budget": None, "mechanism": "gaussian"}
+# The line without a time budget or a mechanism choice: the fewest pairs γ allows, Gaussian for δ > 0.
+FEWEST_PAIRS = {"time_budget": None, "mechanism": "gaussian"}
 LINES = ("before", "after", "tuned", "search")
-# "after": the line with tune=False (the model as given); "tuned": the README's line as written (tune=True)
-LINE_TITLES = {"before": "line, old defaults", "after": "line, tune=False (C or alpha as given)",
+# report keys: "before": the line at the fewest pairs with the Gaussian; "after": the line with tune=False (the model as given); "tuned": the README's line as written (tune=True)
+LINE_TITLES = {"before": "line, fewest pairs, Gaussian", "after": "line, tune=False (C or alpha as given)",
                "tuned": "README line as written (tune=True)",
                "search": "PrivateSearchCV (C or alpha × PublicClip)"}
+LINE_SHORT = {"before": "fewest pairs", "after": "tune=False", "tuned": "as written", "search": "search"}
 DPL_VARIANTS = {"scaled": "diffprivlib, public scaling and bounds", "raw": "diffprivlib, raw columns, public bounds"}
 # Intervals whose share of real releases is measured: central levels of the previewed releases' scores
 # (1.0: their whole range), and the 80% interval widened about its middle.
@@ -668,7 +669,7 @@ def _one_fit(a, spec: str) -> int:
         raise InvalidArgumentError(f"--one-fit must be SET:before, SET:after or SET:tuned with SET in "
                                    f"{sorted(ONE_LINER_SETS)}, got {spec!r}")
     public, Xtr, ytr, Xte, yte = _one_liner_split(name, a.seed, 0)
-    extra = dict(OLD_DEFAULTS) if variant == "before" else {"tune": True} if variant == "tuned" else {}
+    extra = dict(FEWEST_PAIRS) if variant == "before" else {"tune": True} if variant == "tuned" else {}
     if a.time_budget is not None:  # a quick run's budget (the line as written leaves it at its default)
         extra["options"] = SamplerOptions(time_budget=a.time_budget)
     # the README's line as written (the default backend finds RAY_ADDRESS), with a fixed seed
@@ -689,7 +690,7 @@ WALL_VARIANTS = ("before", "after", "tuned")
 
 
 def _wall_times(a, report: dict) -> None:
-    """One fit of the line before and after, each in a fresh process, in process and on a 2-node local cluster
+    """One fit of each line (fewest pairs, tune=False, as written), each in a fresh process, in process and on a 2-node local cluster
     (head + 1 worker, one CPU each, token auth), interleaved; ``report["wall_time"]``."""
     from raydp.local_cluster import LocalCluster
 
@@ -741,7 +742,8 @@ def _wall_times(a, report: dict) -> None:
 
 
 def one_liner(a, argv) -> int:
-    """The README's line on raw public data, before and after its defaults changed, beside the search and diffprivlib;
+    """The README's line on raw public data, as written, as given and at the fewest pairs, beside the search and
+    diffprivlib;
     Δ̂'s spread across seeds, the preview's calibration, the refusal, and the fit's wall time."""
     import tempfile
 
@@ -794,7 +796,7 @@ def one_liner(a, argv) -> int:
                                          trivial=trivial, nonprivate=plain))
             options = _common.options(a, seed=a.seed + r)
             makers = {
-                "before": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, **OLD_DEFAULTS,
+                "before": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, **FEWEST_PAIRS,
                                                    options=options),
                 "after": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, options=options),
                 "tuned": lambda: PrivateEstimator(_line(name), oracle=oracle, **common, options=options, tune=True),
@@ -832,7 +834,7 @@ def one_liner(a, argv) -> int:
         if useless_fit:  # the same fit (the line as written first) with on_useless="refuse" and a ledger
             line, r, estimate, options, Xtr, ytr, oracle = next(useless_fit[x] for x in ("tuned", "after", "before")
                                                                 if x in useless_fit)
-            extra = OLD_DEFAULTS if line == "before" else {"tune": True} if line == "tuned" else {}
+            extra = FEWEST_PAIRS if line == "before" else {"tune": True} if line == "tuned" else {}
             if line == "tuned":
                 estimate = None  # tune=True samples the Δ̂ of the model it chooses (the seed is the fit's)
             with tempfile.TemporaryDirectory(prefix="raydp-refuse-") as tmp:
@@ -856,10 +858,10 @@ def one_liner(a, argv) -> int:
             for s in range(a.spread_seeds):
                 options = _common.options(a, seed=1000 + s)
                 row = dict(data=name, seed=1000 + s, n=len(Xtr))
-                # before: the old defaults (ℓ2, the fewest pairs); after: the line as written (tune=True: the
+                # before: ℓ2 at the fewest pairs; after: the line as written (tune=True: the
                 # pilot picks the model and the mechanism, the rest of the budget goes to its Δ̂); after_l2: the
                 # model as given with the whole budget and mechanism="gaussian" (one norm, one model, to compare)
-                for variant, extra in (("before", OLD_DEFAULTS), ("after", {"tune": True}),
+                for variant, extra in (("before", FEWEST_PAIRS), ("after", {"tune": True}),
                                        ("after_l2", {"mechanism": "gaussian"})):
                     pe = PrivateEstimator(_line(name), oracle=oracle, **common, **extra, options=options)
                     t0 = time.perf_counter()
@@ -872,9 +874,9 @@ def one_liner(a, argv) -> int:
                                         tuned=None if variant != "after" else _printable(
                                             pe.preview_tuning_["params"]))
                 report["spread"].append(row)
-                _common.say(a, f"  Δ̂ spread {name} seed {row['seed']}: before ℓ2 {row['before']['sensitivity']:.4g}, "
-                               f"after {row['after']['mechanism']} {row['after']['sensitivity']:.4g} "
-                               f"(m={row['after']['m']}), after ℓ2 {row['after_l2']['sensitivity']:.4g} "
+                _common.say(a, f"  Δ̂ spread {name} seed {row['seed']}: fewest pairs ℓ2 {row['before']['sensitivity']:.4g}, "
+                               f"as written {row['after']['mechanism']} {row['after']['sensitivity']:.4g} "
+                               f"(m={row['after']['m']}), budget ℓ2 {row['after_l2']['sensitivity']:.4g} "
                                f"(m={row['after_l2']['m']})")
 
     if a.wall_time_repeats:
@@ -1003,22 +1005,23 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
             what = ", ".join(f"{k.split('__')[-1]}={v}" for k, v in f["best_params"].items())
         else:
             what = "—" if f["suggestion"] is None else f"{f['suggestion']:.3f}"
-        detail.append([f["data"], f["split"], f["line"], f["mechanism"], f"{f['m']} / {f['k']}", f"{f['sensitivity']:.4g}",
+        detail.append([f["data"], f["split"], LINE_SHORT[f["line"]], f["mechanism"], f"{f['m']} / {f['k']}", f"{f['sensitivity']:.4g}",
                        f"{f['preview']:.3f} [{f['interval'][0]:.3f}, {f['interval'][1]:.3f}]", f"{f['score']:.3f}",
                        f"{f['trivial']:.3f}", "yes" if f["useless"] else "no",
                        ("may be worse" if f.get("warned_may_be_worse") else "yes") if f["warned"] else "no", what,
                        f"{f['seconds']:.0f}"])
     parts = [
-        _report.header("The README's scikit-learn line on raw public data, before and after", report),
+        _report.header("The README's scikit-learn line on raw public data: as written, as given, at the fewest pairs",
+                       report),
         f"\n`PrivateEstimator(make_pipeline(StandardScaler(), LogisticRegression()), oracle=oracles.bootstrap("
         f"public_rows), epsilon={report['epsilon']:g}, delta={report['delta']:g}, gamma={report['gamma']:g}, "
         "tune=True)` "
         f"(`Ridge()` for the regression), on every raw column of three data sets bundled with scikit-learn: "
         + "; ".join(f"**{k}**: {v}" for k, v in report["sets"].items())
         + f". Each of {report['repeats']} splits (seeds fixed) shuffles the set: the public half is the oracle "
-        "(`oracles.bootstrap` of its rows), the private half is split 70/30 into train and test. *Before*: the same "
-        "line with the old defaults (`time_budget=None`: the fewest pairs, m = k = 1305 at γ = 0.05; "
-        "`mechanism=\"gaussian\"`). *tune=False*: the line with the model as given (C = 1 or alpha = 1; a 20 s sampling "
+        "(`oracles.bootstrap` of its rows), the private half is split 70/30 into train and test. *Fewest pairs, Gaussian*: "
+        "the same line with `time_budget=None` (the fewest pairs, m = k = 1305 at γ = 0.05) and "
+        "`mechanism=\"gaussian\"`. *tune=False*: the line with the model as given (C = 1 or alpha = 1; a 20 s sampling "
         "budget; the mechanism chosen by previews at stand-in Δ̂s read off public pilot pairs, then the budget spent "
         "on its Δ̂). *As written* (`tune=True`): the regularisation (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}) and "
         "`PublicClip(3)` or none after the public scaler chosen with the mechanism by the same kind of previews on "
@@ -1032,7 +1035,7 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
         "previews on public records and their central 80%; useless: the preview's own judgement (the fit must warn); "
         "warned: a UtilityWarning was seen (\"may be worse\": the warning that the stated interval reaches below the "
         "trivial predictor, for a release not judged useless); last column: the suggested search's previewed score "
-        "(old defaults, tune=False) or the choice (as written, search).\n\n",
+        "(fewest pairs, tune=False) or the choice (as written, search).\n\n",
         _report.table(["data", "split", "line", "mechanism", "m / k", "Δ̂", "preview [80%]", "realised", "trivial",
                        "useless", "warned", "suggestion / choice", "s"], detail),
     ]
@@ -1053,14 +1056,14 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
                           f"×{sp['range_ratio']:.2f}" if sp["range_ratio"] is not None else "—",
                           ", ".join(f"{k} {v}" for k, v in sp["after_mechanisms"].items() if v)
                           + "".join(f"; {t}" for t in sp.get("after_tuned", []))])
-        parts += [f"\n\n## Δ̂ across sampler seeds\n\nSplit 0's public data and n, seeds 1000…; before: ℓ2 Δ̂ of "
-                  "the old defaults; after ℓ2: the model as given (`tune=False`) with `mechanism=\"gaussian\"` and the "
+        parts += [f"\n\n## Δ̂ across sampler seeds\n\nSplit 0's public data and n, seeds 1000…; fewest pairs: ℓ2 Δ̂ "
+                  "at the fewest pairs; budget ℓ2: the model as given (`tune=False`) with `mechanism=\"gaussian\"` and the "
                   "default budget (one norm and one model to compare), with the m the budget chose; as written: the line "
                   "itself (`tune=True`), whose public pilot picks the model and the mechanism before the rest of the "
-                  "budget goes to its Δ̂ (per seed, with m; its sd/mean ÷ before's when every seed "
+                  "budget goes to its Δ̂ (per seed, with m; its sd/mean ÷ the fewest pairs' when every seed "
                   "chose one mechanism — sd/mean has no scale, so an ℓ1 spread compares with an ℓ2 one). Other ratios: "
-                  "after ℓ2 ÷ before.\n\n",
-                  _report.table(["data", "seeds", "before ℓ2 Δ̂ median [range]", "after ℓ2 Δ̂", "after ℓ2 m",
+                  "budget ℓ2 ÷ fewest pairs.\n\n",
+                  _report.table(["data", "seeds", "fewest pairs ℓ2 Δ̂ median [range]", "budget ℓ2 Δ̂", "budget ℓ2 m",
                                  "as written, per seed", "as written m", "as written sd/mean (ratio)",
                                  "ℓ2 sd/mean ratio", "ℓ2 sd ratio", "ℓ2 range ratio", "as written chose"], srows)]
     crows = []
@@ -1078,7 +1081,7 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
               _report.table(["releases", "interval", "inside", "share", "95% CI"], crows)]
     if report.get("wall_time"):
         wt = report["wall_time"]
-        wrows = [[s["where"], s["variant"], _report.spread_text(s["fit_seconds"]["values"], "{:.1f}"),
+        wrows = [[s["where"], LINE_SHORT[s["variant"]], _report.spread_text(s["fit_seconds"]["values"], "{:.1f}"),
                   _report.spread_text(s["sampling_seconds"]["values"], "{:.1f}"),
                   _report.spread_text(s["process_seconds"]["values"], "{:.1f}"), ", ".join(map(str, s["m"])),
                   f"{s['useless']}/{s['runs']}", f"{s['warned']}/{s['runs']}"] for s in wt["summary"]]

@@ -16,6 +16,7 @@ message is the service's one line.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -26,7 +27,7 @@ import uuid
 
 from .errors import BudgetError, RaydpError
 
-__all__ = ["Client", "ServiceError", "FINAL"]
+__all__ = ["Client", "ServiceError", "FINAL", "code_payload"]
 
 FINAL = ("released", "failed", "refused", "cancelled", "done")
 
@@ -117,6 +118,22 @@ class Client:
                 "epsilon": epsilon, "delta": delta, "gamma": gamma, "wait": wait}
         return self._release(body, wait, follow)
 
+    def release_code(self, dataset: str, function, *, epsilon: float, delta: float = 0.0, gamma: float,
+                     mechanism: str = "laplace", mechanism_args: dict | None = None, source: str | None = None,
+                     request_id: str | None = None, wait: float = 30.0, follow: bool = True) -> dict:
+        """A release of your own ``function`` of the database on ``dataset``, where its curator allows code
+        (``raydp admin allow-code``). The function is sent as ``cloudpickle.dumps(function)`` (its module by
+        value unless it is an installed library's, so the server needs none of your files) with its source text
+        (``inspect.getsource``, or ``source``), which the service keeps in its audit log. The server never
+        unpickles it: Δ̂ is sampled and the private value computed in its sandbox."""
+        payload, text = code_payload(function)
+        body = {"request_id": request_id or uuid.uuid4().hex, "dataset": dataset,
+                "target": {"code": base64.b64encode(payload).decode("ascii"),
+                           "source": text if source is None else source},
+                "mechanism": mechanism, "mechanism_args": mechanism_args, "epsilon": epsilon, "delta": delta,
+                "gamma": gamma, "wait": wait}
+        return self._release(body, wait, follow)
+
     def fit(self, dataset: str, estimator: dict, *, epsilon: float, delta: float = 0.0, gamma: float,
             request_id: str | None = None, wait: float = 60.0, follow: bool = True) -> dict:
         """A scikit-learn model released on ``dataset``: ``estimator`` is ``{"class": "module:Class", "params":
@@ -162,6 +179,16 @@ class Client:
     def allow_estimator(self, name: str) -> dict:
         return self.request("POST", "/v1/admin/allow", {"kind": "estimator", "name": name})[1]
 
+    def allow_code(self, dataset: str, *, allow: bool = True, memory: int | None = None,
+                   cpu_seconds: int | None = None, processes: int | None = None,
+                   wall_seconds: float | None = None) -> dict:
+        """Let analysts release their own code on ``dataset`` (``allow=False``: no more), run in the sandbox
+        with these limits (:class:`raydp.seal.Limits`; an omitted one keeps the service's default)."""
+        limits = {k: v for k, v in (("memory", memory), ("cpu_seconds", cpu_seconds), ("processes", processes),
+                                    ("wall_seconds", wall_seconds)) if v is not None}
+        return self.request("POST", "/v1/admin/allow-code", {"dataset": dataset, "allow": allow,
+                                                             "limits": limits or None})[1]
+
     def precompute(self, dataset: str, target: str, *, args: dict | None = None, gamma: float,
                    mechanism: str = "laplace", mechanism_args: dict | None = None, seed: int | None = None,
                    wait: float = 600.0) -> dict:
@@ -187,6 +214,39 @@ class Client:
         by an earlier verify (kept outside the service)."""
         query = "" if expect is None else "?expect=" + urllib.parse.quote(expect)
         return self.request("GET", "/v1/admin/audit/verify" + query)[1]
+
+
+def code_payload(function) -> tuple[bytes, str]:
+    """``(cloudpickle.dumps(function), its source text)`` as :meth:`Client.release_code` sends them: the
+    function's own module is pickled by value (not by its name) unless it is an installed library's or the
+    standard library's, so the server needs none of the analyst's files; the source is ``""`` when
+    ``inspect`` cannot find it."""
+    import inspect
+    import sys
+    import sysconfig
+
+    import cloudpickle
+
+    if not callable(function):
+        raise TypeError(f"function must be callable, got {type(function).__name__}")
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    file = getattr(module, "__file__", None)
+    path = os.path.realpath(file) if file else ""
+    roots = {os.path.realpath(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "purelib", "platlib")}
+    by_value = (module is not None and module.__name__ != "__main__" and bool(path)
+                and not any(path.startswith(r + os.sep) for r in roots) and not module.__name__.startswith("raydp"))
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        payload = cloudpickle.dumps(function)
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        source = ""
+    return payload, source
 
 
 def _json(raw: bytes) -> dict:

@@ -34,6 +34,15 @@ A failure comes back as a kind from a fixed set alone (``load``, ``read``, ``row
 never an exception's name, text or object, so the raised raydp error holds nothing the target made.
 The noise is added *here*, in the caller, to the checked value: code in the sandbox cannot change
 the noise it is released with.
+
+**Code the caller does not trust to load** (:class:`Submitted`). An analyst's own function, as the
+cloudpickle bytes they sent: this process never unpickles them (unpickling is running their code).
+Called on a public database here — the sampler, a Ray worker, the output-dimension probe — it is
+evaluated in a *session*: one fork of a template of its own, in the sandbox, that loads the raw bytes
+once and then answers public evaluations one after another, each answer raw bytes checked here (a
+float64 array of at most :data:`MAX_COORDINATES` coordinates, finite). The private evaluation loads the
+object itself into a fresh fork (never a session's), where calling it unpickles the bytes there and
+calls the function directly.
 """
 
 from __future__ import annotations
@@ -60,7 +69,8 @@ import numpy as np
 
 from .errors import EstimateMismatchError, InvalidArgumentError, RaydpError, TargetError
 
-__all__ = ["Sealed", "Limits", "warm", "sandbox_status", "SandboxUnavailableWarning", "POOL_SIZE", "hide_always"]
+__all__ = ["Sealed", "Limits", "warm", "sandbox_status", "SandboxUnavailableWarning", "POOL_SIZE", "hide_always",
+           "Submitted", "close_sessions", "check_pickle", "hidden_always"]
 
 # Libraries whose modules the template imports when the caller has them loaded: a forked evaluation
 # then finds them ready instead of importing them again for every release.
@@ -76,6 +86,10 @@ _ENV_KEEP = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONHASHSEED")
 _WRITABLE = ("/tmp", "/run", "/dev/shm")  # empty tmpfs in the sandbox, emptied after every evaluation
 _KINDS = {b"l": "load", b"r": "read", b"n": "rows", b"t": "target"}
 _READY_TIMEOUT = 120.0  # a template that has not imported its libraries by then is not coming
+MAX_COORDINATES = 1 << 16  # coordinates of one answer of a submitted function on a public database
+SESSION_IDLE = 2.0  # seconds a session of a submitted function stays open without a call
+_IN_EVALUATION = False  # True in an evaluation process (a fork of a template): Submitted runs its code directly
+_IN_SANDBOX = False  # True in a template (and its forks) inside bubblewrap's namespaces
 
 
 class SandboxUnavailableWarning(UserWarning):
@@ -801,8 +815,10 @@ def _libc():
 def _template_main(fd: int, sandboxed: bool = False, limits: str = ",,") -> None:
     """The template: import, then fork one evaluation at a time until the caller goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    global _IN_SANDBOX
     ctl = socket.socket(fileno=fd)
     in_box = sandboxed and _in_own_pid_namespace()
+    _IN_SANDBOX = in_box
     try:
         libc = _libc()
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no child of ours may trace us or read our memory
@@ -964,6 +980,8 @@ def _open_fds() -> list[int]:
 
 
 def _child_main(fd: int, ctl_fd: int, mem, cpu, nproc) -> None:
+    global _IN_EVALUATION
+    _IN_EVALUATION = True  # a Submitted called here is in the sandbox already: it runs its code directly
     os.setsid()  # its own session and process group
     for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -997,6 +1015,9 @@ def _serve(conn: Connection, fd: int) -> None:
         os.chdir(cwd)  # and its working directory: a target's relative paths mean the same
     except OSError:
         pass
+    if kind == "session":
+        _serve_session(conn, payload)
+        return
     try:
         import cloudpickle
 
@@ -1064,3 +1085,327 @@ def _release(target, mechanism, n: int, out_dim: int, how, data, fd: int) -> byt
     if embedded.size != out_dim:
         return b"Ft"
     return b"V" + bytes([len(shape)]) + struct.pack(f"<{len(shape)}q", *shape) + embedded.astype("<f8").tobytes()
+
+
+# ------------------------------------------------------------------------------------ submitted code
+
+
+def check_pickle(payload: bytes) -> None:
+    """Raise :class:`~raydp.errors.InvalidArgumentError` unless ``payload`` is one whole pickle stream. Read with
+    :func:`pickletools.genops`, which walks the opcodes and runs none of them: nothing is unpickled."""
+    import pickletools
+
+    end = None
+    try:
+        for op, _, pos in pickletools.genops(payload):
+            if op.name == "STOP":
+                end = pos + 1
+                break
+    except Exception:  # noqa: BLE001 - whatever the walk tripped on: not a pickle
+        end = None
+    if end is None or end != len(payload):
+        raise InvalidArgumentError("the code is not one whole pickle stream (send cloudpickle.dumps(function))")
+
+
+class Submitted:
+    """An analyst's own target: ``payload`` (the bytes of ``cloudpickle.dumps(function)``, as they were sent)
+    and ``source`` (its text, kept with the release), run only in the sandbox.
+
+    This process never unpickles ``payload``. Called on a public database (the sampler, a Ray worker, the
+    probe of the output dimension) it is evaluated in this process's *session* for it: one fork of a
+    template of its own, in the sandbox with ``limits`` and ``hide`` (shown empty, on top of
+    :func:`hide_always`), which loads the raw bytes once and answers every later call; each answer comes back
+    as raw bytes, checked here (a float64 array of at most :data:`MAX_COORDINATES` coordinates, every one
+    finite), never unpickled. A session closes after :data:`SESSION_IDLE` seconds without a call, or at
+    :func:`close_sessions`. ``cpu_seconds`` of ``limits`` counts the whole session's CPU time in one process.
+
+    The object itself pickles as its bytes, its source, its limits and its hide list, so all of them travel
+    to Ray workers. Loaded into the private evaluation (:meth:`Sealed.load`), calling it unpickles the
+    payload *there* and calls the function directly: that process is already the sandbox, a fresh fork that
+    never served a session.
+
+    A failure on public data — the function raised, a limit stopped it, it answered something that is not
+    finite numbers — raises :class:`~raydp.errors.TargetError` with a fixed message (a failed pair). A
+    session stopped by a limit is not started again for the same code in this process until
+    :func:`close_sessions`. Where bubblewrap cannot make the sandbox, every call fails: the code is never
+    run outside it. Its identity (what a stored Δ̂ is matched by) is the SHA-256 of ``payload`` and of
+    ``source``.
+    """
+
+    def __init__(self, payload: bytes, source: str = "", limits: Limits | None = None, hide=()):
+        if not isinstance(payload, (bytes, bytearray)) or not payload:
+            raise InvalidArgumentError("payload must be the non-empty bytes of cloudpickle.dumps(function)")
+        if not isinstance(source, str):
+            raise InvalidArgumentError(f"source must be a str, got {type(source).__name__}")
+        limits = DEFAULT_LIMITS if limits is None else limits
+        if not isinstance(limits, Limits):
+            raise InvalidArgumentError(f"limits must be a raydp.seal.Limits, got {type(limits).__name__}")
+        self.payload = bytes(payload)
+        self.source = source
+        self.limits = limits
+        self.hide = tuple(sorted({os.path.realpath(os.fspath(p)) for p in hide}))
+        import hashlib
+
+        self.sha256 = hashlib.sha256(self.payload).hexdigest()
+        self.source_sha256 = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+        self._function = None
+
+    def __reduce__(self):
+        return Submitted, (self.payload, self.source, self.limits, self.hide)
+
+    def __repr__(self) -> str:
+        return f"Submitted(sha256={self.sha256[:16]}, {len(self.payload)} bytes)"
+
+    def identity(self) -> dict:
+        return {"name": "raydp.seal:Submitted", "params": {"sha256": self.sha256, "source_sha256": self.source_sha256}}
+
+    def _loaded(self):
+        if not (_IN_EVALUATION and _IN_SANDBOX):  # the one place the payload is unpickled: a sandboxed evaluation
+            raise TargetError("submitted code is unpickled only inside the sandbox")
+        if self._function is None:
+            import cloudpickle
+
+            self._function = cloudpickle.loads(self.payload)
+        return self._function
+
+    def __call__(self, database):
+        if _IN_EVALUATION:
+            return self._loaded()(database)
+        return _evaluate(self, [database])[0]
+
+    def pair(self, database, neighbour):
+        """The values on a pair of neighbouring databases: one round trip to the session."""
+        if _IN_EVALUATION:
+            f = self._loaded()
+            return f(database), f(neighbour)
+        a, b = _evaluate(self, [database, neighbour])
+        return a, b
+
+    def _key(self) -> tuple:
+        return self.sha256, self.limits, _hidden(self.hide)
+
+
+_SESSION_FAILED = ("the submitted code failed on a public database in the sandbox (it raised, was stopped at a limit, "
+                   "or answered something other than finite numbers); what it did is withheld")
+
+
+class _Closed(Exception):
+    """The session was closed (idle, or :func:`close_sessions`) between being handed out and being used."""
+
+
+def _evaluate(sub: Submitted, databases: list) -> list:
+    while True:
+        try:
+            return _session_for(sub).evaluate(databases)
+        except _Closed:
+            continue  # another session is started: a closed one is not a failure of the code
+
+
+class _Session:
+    """One sandboxed process that loaded a :class:`Submitted`'s raw bytes and answers public evaluations."""
+
+    def __init__(self, sub: Submitted, key: tuple):
+        self.key = key
+        self.limits = sub.limits
+        self.lock = threading.Lock()
+        self.used = time.monotonic()
+        self.dead = False
+        self.failed = False
+        self.conn = None
+        self.template = _Template(True, sub.limits, key[2])
+        try:
+            if not self.template.wait_ready():
+                raise TargetError("the sandbox that evaluates the submitted code did not start")
+            # No preloading of this process's libraries: the session imports what the code imports, nothing more
+            self.template.sent.update(sys.modules)
+            self.conn = Connection(self.template.fork().detach())
+            if self._recv(16, _READY_TIMEOUT) != b"R":
+                raise TargetError("the process that evaluates the submitted code did not start")
+            self._send(("session", (list(sys.path), os.getcwd()), sub.payload, 0, 0))
+            if self._recv(2, self.limits.wall_seconds) != b"L":
+                raise TargetError("the submitted code could not be loaded in the sandbox (what it raised is withheld)")
+        except BaseException:
+            self.close()
+            raise
+
+    def _recv(self, maxlength: int, timeout: float | None) -> bytes:
+        try:
+            if timeout is not None and not self.conn.poll(timeout):
+                raise TargetError(_SESSION_FAILED)
+            return self.conn.recv_bytes(maxlength)
+        except (EOFError, OSError):
+            raise TargetError(_SESSION_FAILED) from None
+
+    def _send(self, message) -> None:
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError):
+            raise TargetError(_SESSION_FAILED) from None
+
+    def evaluate(self, databases) -> list:
+        with self.lock:
+            if self.dead:
+                if self.failed:
+                    raise TargetError(_SESSION_FAILED)
+                raise _Closed()
+            self.used = time.monotonic()
+            try:
+                self._send(("eval", [np.asarray(d) for d in databases]))
+                answer = self._recv(1 + len(databases) * (1 + 8 * 32 + 8 * MAX_COORDINATES), self.limits.wall_seconds)
+            except TargetError:
+                self._kill()
+                raise
+            finally:
+                self.used = time.monotonic()
+            if answer == b"Ft":  # the function raised: this call failed, the session goes on
+                raise TargetError(_SESSION_FAILED)
+            values = _parse_answers(answer, len(databases))
+            if values is None:  # not the format the session's own code writes: something wrote on the channel
+                self._kill()
+                raise TargetError(_SESSION_FAILED)
+            return values
+
+    def _kill(self) -> None:
+        self.dead = self.failed = True
+        with _sessions_lock:
+            _broken.add(self.key)
+            if _sessions.get(self.key) is self:
+                del _sessions[self.key]
+        self.close()
+
+    def close(self) -> None:
+        self.dead = True
+        try:
+            if self.conn is not None:
+                self.conn.close()
+        except OSError:
+            pass
+        self.template.kill()  # its whole sandbox: whatever the code left running goes with it
+
+
+def _parse_answers(answer: bytes, count: int):
+    """The values of a session's answer (``b"A"`` then, per value, its number of dimensions, its dimensions
+    and its float64 coordinates), checked; None for anything else."""
+    if answer[:1] != b"A":
+        return None
+    at, out = 1, []
+    for _ in range(count):
+        if at >= len(answer):
+            return None
+        ndim = answer[at]
+        at += 1
+        if ndim > 32 or len(answer) < at + 8 * ndim:
+            return None
+        dims = struct.unpack_from(f"<{ndim}q", answer, at)
+        at += 8 * ndim
+        if any(d < 0 for d in dims):
+            return None
+        size = math.prod(dims)
+        if size > MAX_COORDINATES or len(answer) < at + 8 * size:
+            return None
+        vec = np.frombuffer(answer, dtype="<f8", count=size, offset=at).astype(np.float64)
+        at += 8 * size
+        if not np.all(np.isfinite(vec)):
+            return None
+        out.append(vec.reshape(dims))
+    return out if at == len(answer) else None
+
+
+def _encode_answer(value) -> bytes:
+    """In the session: one value as the caller reads it (:func:`_parse_answers`), or raise."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "biuf" or a.ndim > 32 or a.size > MAX_COORDINATES:
+        raise ValueError("not an answer")
+    a = np.asarray(a, dtype="<f8")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("not finite")
+    return bytes([a.ndim]) + struct.pack(f"<{a.ndim}q", *a.shape) + a.tobytes()
+
+
+def _serve_session(conn: Connection, payload: bytes) -> None:
+    """In the sandbox: load the submitted function from its raw bytes, then answer public evaluations."""
+    try:
+        if not _IN_SANDBOX:
+            raise RuntimeError("not in the sandbox")
+        import cloudpickle
+
+        function = cloudpickle.loads(payload)
+        if not callable(function):
+            raise TypeError("not callable")
+    except BaseException:  # noqa: BLE001 - a kind alone goes back
+        conn.send_bytes(b"Fl")
+        return
+    conn.send_bytes(b"L")
+    while True:
+        try:
+            msg = conn.recv()
+        except BaseException:  # noqa: BLE001 - the caller is gone
+            return
+        if not isinstance(msg, tuple) or msg[0] != "eval":
+            return
+        try:
+            answer = b"A" + b"".join(_encode_answer(function(d)) for d in msg[1])
+        except BaseException:  # noqa: BLE001 - SystemExit too: a failed call, the session goes on
+            answer = b"Ft"
+        conn.send_bytes(answer)
+
+
+_sessions: dict = {}
+_broken: set = set()
+_sessions_lock = threading.Lock()
+_sessions_pid: int | None = None
+
+
+def _session_for(sub: Submitted) -> _Session:
+    global _sessions_pid
+    if not sandbox_status()[0]:
+        raise TargetError("submitted code runs only in the sandbox, and bubblewrap cannot make one here")
+    key = sub._key()
+    with _sessions_lock:
+        if _sessions_pid != os.getpid():  # a forked copy: the sessions are the parent's
+            _sessions.clear()
+            _broken.clear()
+            _sessions_pid = os.getpid()
+            threading.Thread(target=_close_idle, name="raydp-session-reaper", daemon=True).start()
+            atexit.register(close_sessions)
+        if key in _broken:
+            raise TargetError(_SESSION_FAILED)
+        session = _sessions.get(key)
+        if session is None or session.dead:
+            try:
+                session = _sessions[key] = _Session(sub, key)
+            except TargetError:
+                _broken.add(key)  # it did not load, or its sandbox did not start: not tried again here
+                raise
+        return session
+
+
+def close_sessions(submitted: Submitted | None = None) -> None:
+    """Close this process's sessions of ``submitted`` (every session: None), waiting for a call in progress,
+    and forget that its code was stopped at a limit here."""
+    with _sessions_lock:
+        keys = [k for k in set(_sessions) | _broken if submitted is None or k[0] == submitted.sha256]
+        sessions = [_sessions.pop(k) for k in keys if k in _sessions]
+        _broken.difference_update(keys)
+    for s in sessions:
+        with s.lock:
+            s.close()
+
+
+def _close_idle() -> None:
+    me = os.getpid()
+    while os.getpid() == me:
+        time.sleep(1.0)
+        now = time.monotonic()
+        with _sessions_lock:
+            idle = [k for k, s in _sessions.items() if now - s.used > SESSION_IDLE and not s.lock.locked()]
+            sessions = [_sessions.pop(k) for k in idle]
+        for s in sessions:
+            with s.lock:
+                s.close()
+
+
+def hidden_always() -> tuple[str, ...]:
+    """The paths :func:`hide_always` hides in every sandbox of this process (e.g. to give a :class:`Submitted`
+    the same list, for the sandboxes it starts in other processes)."""
+    return _always_hidden

@@ -11,6 +11,12 @@ release the budget refuses, 409 a request id reused with another body, 413 a bod
 A release answers 200 when it ended (released, failed or cancelled: see ``status``), 202 with the job's id
 while it runs (``GET /v1/jobs/{id}``), 402 when it was refused; a retry with the same ``request_id`` gets
 the first answer, status code included, and charges nothing.
+
+``GET /`` is the curator's page (:data:`PAGE`, a file of this package): one self-contained HTML page, public and
+holding no data, that asks for a token and shows what that token may read through the routes above. Its
+inline script and style are allowed by their SHA-256 in its ``Content-Security-Policy``, which allows nothing
+from another origin. Every answer says ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``;
+an API answer also ``Cache-Control: no-store``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from typing import Literal
+from typing import Annotated, Literal, Union
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BudgetError, RaydpError
@@ -35,6 +41,11 @@ log = logging.getLogger("raydp.serve")
 #: The largest request body accepted (bytes); a larger one gets 413 before it is read to the end.
 MAX_BODY = 1 << 20
 UNAUTHORIZED = {"error": "unauthorized: give a valid token as 'Authorization: Bearer TOKEN'"}
+#: The page served at ``GET /``, next to this module.
+PAGE = "page.html"
+#: The answers' headers (the page's own policy is :func:`page_policy`).
+SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
+API_HEADERS = [(b"cache-control", b"no-store"), (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'")]
 
 
 # ---------------------------------------------------------------------------------------------- bodies
@@ -49,6 +60,20 @@ class TargetSpec(_Body):
 
     name: str = Field(min_length=3, max_length=300, description="module:function, as on the allow-list")
     args: dict | None = Field(None, description="keyword arguments (JSON) of the factory")
+
+
+class CodeSpec(_Body):
+    """An analyst's own function, where the data set's curator allows it (``raydp admin allow-code``): ``code``
+    is base64 of ``cloudpickle.dumps(function)`` (at most ``MAX_CODE`` bytes), ``source`` its text (at most
+    ``MAX_SOURCE`` characters, kept in the audit log). The server never unpickles it: it runs only in the sandbox."""
+
+    code: str = Field(min_length=1, description="base64 of cloudpickle.dumps(function)")
+    source: str = Field("", description="the function's source text (kept in the audit log with the release)")
+
+
+def _target_kind(value) -> str:
+    """Which of the two a request's ``target`` is (a JSON object when read, a model when written)."""
+    return "code" if (isinstance(value, dict) and "code" in value) or isinstance(value, CodeSpec) else "name"
 
 
 class EstimatorStep(_Body):
@@ -80,7 +105,8 @@ class ReleaseRequest(_Body):
 
     request_id: str = Field(min_length=1, max_length=200, description="the client's id: a retry repeats it")
     dataset: str = Field(min_length=1, max_length=200)
-    target: TargetSpec | None = None
+    target: Annotated[Union[Annotated[TargetSpec, Tag("name")], Annotated[CodeSpec, Tag("code")]],
+                      Discriminator(_target_kind)] | None = None
     estimator: EstimatorSpec | None = None
     mechanism: str = Field("laplace", description="laplace, gaussian, exponential or bernstein (targets)")
     mechanism_args: dict | None = None
@@ -126,6 +152,22 @@ class CapRequest(_Body):
     dataset: str
     epsilon: float = Field(ge=0, allow_inf_nan=False)
     delta: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False)
+
+
+class CodeLimits(_Body):
+    """The sandbox's limits for analysts' code on a data set (:class:`raydp.seal.Limits`); an omitted one keeps the
+    service's default (``raydp.serve.service.CODE_LIMITS``)."""
+
+    memory: int | None = Field(None, ge=1, description="bytes of address space per process")
+    cpu_seconds: int | None = Field(None, ge=1, description="CPU seconds per process (a sampling session: in total)")
+    processes: int | None = Field(None, ge=1, description="processes alive at once in the sandbox")
+    wall_seconds: float | None = Field(None, gt=0, allow_inf_nan=False, description="seconds for one answer")
+
+
+class AllowCodeRequest(_Body):
+    dataset: str = Field(min_length=1, max_length=200)
+    allow: bool = Field(True, description="false: turn it off (the data set refuses analysts' own code)")
+    limits: CodeLimits | None = None
 
 
 class AllowRequest(_Body):
@@ -220,6 +262,42 @@ class _Auth:
         await self.app(scope, receive, send)
 
 
+class _Headers:
+    """Add :data:`SECURITY_HEADERS` to every answer, :data:`API_HEADERS` to every one outside the page."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        extra = SECURITY_HEADERS + ([] if scope["path"] == "/" else API_HEADERS)
+
+        async def adding(message):
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", ())}
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  *((k, v) for k, v in extra if k not in names)]}
+            await send(message)
+
+        await self.app(scope, receive, adding)
+
+
+def page_policy(html: str) -> str:
+    """The page's Content-Security-Policy: its inline scripts and styles by their SHA-256, API calls to its own
+    origin, nothing else from anywhere (no form posts, no frames, no base URL)."""
+    import base64
+    import hashlib
+    import re
+
+    def hashes(tag: str) -> str:
+        found = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.S)
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in found)
+
+    return (f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; connect-src 'self'; "
+            "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
 async def _send_error(send, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode()
     await send({"type": "http.response.start", "status": status,
@@ -300,11 +378,23 @@ def make_app(service: Service) -> FastAPI:
         return _error(500, "internal error")
 
     app.add_middleware(_BodyLimit, limit=MAX_BODY)
-    app.add_middleware(_Auth, service=service)  # the outermost: a request without a valid token reads nothing
+    app.add_middleware(_Auth, service=service)  # a request without a valid token reads nothing
+    app.add_middleware(_Headers)  # the outermost: a 401 or a 413 carries the headers too
+
+    from importlib.resources import files
+
+    from fastapi.responses import HTMLResponse
+
+    page = files(__package__).joinpath(PAGE).read_text(encoding="utf-8")
+    page_headers = {"Content-Security-Policy": page_policy(page), "Cache-Control": "no-store"}
+
+    @app.get("/", include_in_schema=False)
+    def the_page():
+        return HTMLResponse(page, headers=page_headers)
 
     def who(request: Request) -> _db.Principal:
         principal = getattr(request.state, "principal", None)
-        if principal is None:  # a route outside /v1/ (none today)
+        if principal is None:  # a route outside /v1/ (the page alone, which calls none of these)
             raise StarletteHTTPException(401, UNAUTHORIZED["error"], headers={"WWW-Authenticate": "Bearer"})
         return principal
 
@@ -338,6 +428,14 @@ def make_app(service: Service) -> FastAPI:
     @app.get("/v1/jobs")
     def list_jobs(p: _db.Principal = Depends(analyst)):
         return {"jobs": service.db.jobs_of(p.id)}
+
+    @app.get("/v1/releases")
+    def my_releases(limit: int = Query(20, ge=1, le=500), p: _db.Principal = Depends(analyst)):
+        return {"releases": service.db.releases(p.id, min(max(limit, 1), 200))}
+
+    @app.get("/v1/budget/history")
+    def my_spending(p: _db.Principal = Depends(analyst)):
+        return {"analysts": service.db.spending(p.id)}
 
     @app.post("/v1/releases")
     def release(body: ReleaseRequest, p: _db.Principal = Depends(analyst)):
@@ -383,6 +481,20 @@ def make_app(service: Service) -> FastAPI:
         service.db.allow(p.name, body.kind, body.name, body.args)
         return {"allowed": body.kind, "name": body.name, "args": body.args}
 
+    @app.post("/v1/admin/allow-code")
+    def allow_code(body: AllowCodeRequest, p: _db.Principal = Depends(curator)):
+        from ..seal import Limits
+        from .service import CODE_LIMITS
+
+        service.db.dataset(body.dataset)  # an unknown data set: 404
+        limits = {} if body.limits is None else body.limits.model_dump(exclude_none=True)
+        if body.allow:
+            Limits(**{**CODE_LIMITS, **limits})
+            service.db.allow(p.name, "code", body.dataset, limits)
+        else:
+            service.db.disallow(p.name, "code", body.dataset)
+        return {"dataset": body.dataset, "code": body.allow, "limits": {**CODE_LIMITS, **limits} if body.allow else None}
+
     @app.post("/v1/admin/estimates")
     def precompute(body: EstimateRequest, p: _db.Principal = Depends(curator)):
         row = service.submit_estimate(p, body.model_dump(exclude={"wait"}))
@@ -395,8 +507,17 @@ def make_app(service: Service) -> FastAPI:
         out["jobs"] = service.db.jobs_of(None, limit=50)
         return out
 
+    @app.get("/v1/admin/releases")
+    def releases(limit: int = Query(20, ge=1, le=500), p: _db.Principal = Depends(curator)):
+        return {"releases": service.db.releases(None, min(max(limit, 1), 200))}
+
+    @app.get("/v1/admin/budget/history")
+    def spending(p: _db.Principal = Depends(curator)):
+        return {"analysts": service.db.spending()}
+
     @app.get("/v1/admin/audit")
-    def audit_rows(after: int = 0, limit: int = 1000, p: _db.Principal = Depends(curator)):
+    def audit_rows(after: int = Query(0, ge=0), limit: int = Query(1000, ge=1, le=100000),
+                   p: _db.Principal = Depends(curator)):
         return {"rows": service.db.audit_rows(after, min(max(limit, 1), 10000))}
 
     @app.get("/v1/admin/audit/verify")

@@ -22,6 +22,7 @@ from ..plan import format_up
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8750
 DEFAULT_RESPOND_AFTER = 2.0
+DEFAULT_LEASE = 30.0
 INSTALL = "pip install 'raydp-sensitivity[serve]'"
 
 
@@ -30,7 +31,8 @@ def add_commands(sub, parser_class) -> None:
     s = sub.add_parser("serve", help="serve private data sets to analysts over an HTTP JSON API on 127.0.0.1 "
                                      f"(needs the [serve] extra: {INSTALL})")
     s.add_argument("dir", help="the service's directory: its database, Δ̂ stores (created 0700 on the first start)")
-    s.add_argument("--host", default=HOST, help="127.0.0.1 only (the default); any other address is refused")
+    s.add_argument("--host", default=HOST, help="127.0.0.1 (the default); any other address is refused unless "
+                                               "--behind-proxy is given")
     s.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"TCP port (default {DEFAULT_PORT}; 0: any free port, printed as the url line)")
     s.add_argument("--address", help="a Ray cluster for sampling Δ̂ (default: in process or an embedded Ray)")
@@ -43,6 +45,18 @@ def add_commands(sub, parser_class) -> None:
     s.add_argument("--workers", type=int, default=8, help="releases run at once (default 8; the sandbox runs two)")
     s.add_argument("--allow-unsandboxed", action="store_true",
                    help="start even where bubblewrap cannot sandbox the private evaluation (not advised)")
+    s.add_argument("--behind-proxy", action="store_true",
+                   help="let --host be another address than 127.0.0.1, e.g. 0.0.0.0 in a container (a Kubernetes "
+                        "pod) reached only through a TLS-terminating ingress or proxy: between it and the service "
+                        "tokens travel in clear")
+    s.add_argument("--db", metavar="URL",
+                   help="a PostgreSQL database shared by several raydp serve processes: postgresql://USER@HOST:PORT/DB "
+                        "(a password is best given in $PGPASSWORD or ~/.pgpass, not on the command line; default: "
+                        "SQLite in DIR, one process)")
+    s.add_argument("--lease", type=float, default=DEFAULT_LEASE, metavar="SECONDS",
+                   help=f"how long this server counts as alive without a heartbeat (default {DEFAULT_LEASE:g}; it "
+                        "beats every third of that): the unfinished jobs of a server whose lease ran out are failed "
+                        "by another server, reservations counted")
     s.set_defaults(func=cmd_serve)
 
     common = argparse.ArgumentParser(add_help=False)
@@ -83,6 +97,15 @@ def add_commands(sub, parser_class) -> None:
     x.add_argument("name", help="module:function (a target) or module:Class (a scikit-learn estimator)")
     x.add_argument("--args", help="a target's JSON arguments, pinned: analysts may use only these")
     x.set_defaults(func=cmd_admin_allow)
+    x = asub.add_parser("allow-code", parents=[common],
+                        help="let analysts release their own functions on a data set (run only in the sandbox)")
+    x.add_argument("dataset")
+    x.add_argument("--off", action="store_true", help="turn it off: the data set refuses analysts' own code")
+    x.add_argument("--memory", type=int, metavar="BYTES", help="address space per process in the sandbox")
+    x.add_argument("--cpu-seconds", type=int, help="CPU seconds per process (a sampling session: in total)")
+    x.add_argument("--processes", type=int, help="processes alive at once in the sandbox")
+    x.add_argument("--wall-seconds", type=float, help="seconds for one answer of the code")
+    x.set_defaults(func=cmd_admin_allow_code)
     x = asub.add_parser("precompute", parents=[common], help="sample and store Δ̂ for (target, data set, γ)")
     x.add_argument("dataset")
     x.add_argument("--target", required=True)
@@ -177,15 +200,21 @@ def cmd_serve(a) -> int:
         import uvicorn
     except ImportError as exc:
         raise InvalidArgumentError(f"raydp serve needs the [serve] extra ({exc.name} is missing): {INSTALL}") from None
-    if a.host != HOST:
+    if a.host != HOST and not a.behind_proxy:
         raise InvalidArgumentError(f"--host {a.host}: raydp serve binds {HOST} only (tokens travel in clear over "
-                                   "HTTP); reach it through an SSH tunnel or a TLS proxy on this machine")
+                                   "HTTP); reach it through an SSH tunnel or a TLS proxy on this machine, or give "
+                                   "--behind-proxy where a TLS-terminating proxy is the only way in")
     if not 0 <= a.port <= 65535:
         raise InvalidArgumentError(f"--port must be 0..65535, got {a.port}")
     if not (math.isfinite(a.respond_after) and a.respond_after >= 0):
         raise InvalidArgumentError(f"--respond-after must be a number of seconds >= 0, got {a.respond_after:g}")
     if a.workers < 1:
         raise InvalidArgumentError(f"--workers must be >= 1, got {a.workers}")
+    if not (math.isfinite(a.lease) and a.lease >= 1):
+        raise InvalidArgumentError(f"--lease must be a number of seconds >= 1, got {a.lease:g}")
+    if a.db is not None and not a.db.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        raise InvalidArgumentError("--db takes a PostgreSQL URL, postgresql://USER@HOST:PORT/DB (without --db the "
+                                   "database is SQLite in DIR)")
     from ..seal import sandbox_status, warm
 
     import warnings
@@ -196,28 +225,37 @@ def cmd_serve(a) -> int:
     if not ok and not a.allow_unsandboxed:
         raise InvalidArgumentError(f"raydp serve refuses to start without the sandbox ({why}): install bubblewrap "
                                    "(apt-get install bubblewrap), or pass --allow-unsandboxed to serve anyway")
-    from .db import Database
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from .db import Database, masked
     from .service import Service, Settings
 
     root = os.path.realpath(a.dir)
     os.umask(0o077)  # every file the service makes: 0600, every directory 0700
     os.makedirs(root, mode=0o700, exist_ok=True)
     os.chmod(root, 0o700)
-    database = Database(f"sqlite:///{os.path.join(root, 'raydp.db')}")
-    token = database.init()
+    try:
+        database = Database(a.db or f"sqlite:///{os.path.join(root, 'raydp.db')}")
+        token = database.init()
+        database.register(a.lease)
+    except ImportError as exc:
+        raise InvalidArgumentError(f"--db: the PostgreSQL driver is missing ({exc.name}): {INSTALL}") from None
+    except SQLAlchemyError as exc:  # the driver's first line: it names the host and port, never the password
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise InvalidArgumentError(f"--db {masked(a.db) if a.db else 'sqlite'}: {first}") from None
     for name in os.listdir(root):
         if name.startswith("raydp.db"):
             os.chmod(os.path.join(root, name), 0o600)
     failed = database.recover()
     service = Service(database, Settings(root=root, respond_after=a.respond_after or None, backend=a.backend,
-                                         address=a.address, workers=a.workers))
+                                         address=a.address, workers=a.workers, lease=a.lease))
     warm()  # the sandbox's first template starts now, not at the first release
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((HOST, a.port))
+        sock.bind((a.host, a.port))
     except OSError as exc:
-        raise InvalidArgumentError(f"--port {a.port}: cannot listen on {HOST} ({exc.strerror})") from None
+        raise InvalidArgumentError(f"--port {a.port}: cannot listen on {a.host} ({exc.strerror})") from None
     sock.listen(1024)
     port = sock.getsockname()[1]
     from .app import make_app
@@ -227,10 +265,13 @@ def cmd_serve(a) -> int:
         print(f"admin token {token}")
         print("  (shown once: the service keeps only its SHA-256; save it, e.g. export RAYDP_TOKEN=...)")
     if failed:
-        print(f"recovered  {len(failed)} job(s) left unfinished by the last stop: failed (reservations stay counted)")
+        by = "servers whose lease ran out" if a.db else "the last stop"
+        print(f"recovered  {len(failed)} job(s) left unfinished by {by}: failed (reservations stay counted)")
     deadline = f"{a.respond_after:g} s after the data is sent" if a.respond_after else "off"
     print(f"serving    {root} (sandbox: {why if ok else 'off: ' + why}; answers {deadline})")
-    print(f"url http://{HOST}:{port}", flush=True)
+    if a.db:
+        print(f"database   {masked(a.db)} (shared: server {database.instance}, lease {a.lease:g} s)")
+    print(f"url http://{a.host}:{port}", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
                             timeout_keep_alive=30)
     server = uvicorn.Server(config)
@@ -275,6 +316,15 @@ def cmd_admin_allow(a) -> int:
     doc = c.allow_target(a.name, _json_arg(a.args, "--args")) if a.kind == "target" else c.allow_estimator(a.name)
     pinned = f" with {a.args}" if a.args else ""
     return _print(a, doc, f"allowed    {a.kind} {a.name}{pinned}")
+
+
+def cmd_admin_allow_code(a) -> int:
+    doc = _client(a).allow_code(a.dataset, allow=not a.off, memory=a.memory, cpu_seconds=a.cpu_seconds,
+                                processes=a.processes, wall_seconds=a.wall_seconds)
+    if a.off:
+        return _print(a, doc, f"code       refused on {a.dataset}")
+    limits = ", ".join(f"{k} {v:g}" for k, v in doc["limits"].items())
+    return _print(a, doc, f"code       allowed on {a.dataset} (sandbox limits: {limits})")
 
 
 def cmd_admin_precompute(a) -> int:

@@ -1,8 +1,8 @@
 """The service's state: every table and every query of ``raydp serve``, and nothing else (SQLAlchemy Core).
 
 No other module writes SQL; they call the functions of :class:`Database`. The default database is one
-SQLite file in the service's directory; the code keeps to what PostgreSQL also runs, so a shared
-database can come later by URL.
+SQLite file in the service's directory, served by one process; a PostgreSQL database (a ``postgresql://``
+URL, the psycopg 3 driver) is shared by any number of server processes.
 
 **Writes are serialised.** Every write is one transaction that starts by taking the write lock:
 ``BEGIN IMMEDIATE`` on SQLite (set by the ``begin`` event below: the pysqlite driver's own ``BEGIN`` is
@@ -23,10 +23,20 @@ is :mod:`raydp.ledger`'s rule (Σ over G samples of the largest γ), by the ledg
 (``hash`` = SHA-256 of ``prev`` and the row's canonical JSON); the ``audit_head`` row keeps the count and
 the last hash. :meth:`Database.verify` recomputes the chain: an edited row (its hash), an inserted or
 deleted one (the next row's ``prev``, the numbering) and deleted last rows (the head) are found. Triggers
-refuse an ``UPDATE`` or ``DELETE`` of the audit table from any client of the database. What the chain
+refuse an ``UPDATE`` or ``DELETE`` of the audit table (on PostgreSQL a ``TRUNCATE`` too: trigger functions)
+from any client of the database. What the chain
 cannot stop: someone who can write the database file can drop the triggers and rewrite the chain from
 any row on, head included; only a head hash kept elsewhere (``raydp admin audit verify`` prints it; its
 ``--expect ROWS:HASH`` checks it) shows that.
+
+**Several servers.** Each server process is a row of ``servers`` (:meth:`Database.register`): an id, a
+lease in seconds and its last heartbeat on the *database's* clock (one clock for every host), renewed by
+:meth:`Database.heartbeat`; each job records the server that runs it. A job not yet final whose server's
+lease ran out is failed by whichever server looks next (:meth:`Database.reap`, in one write transaction, so
+two servers that look at once fail it once), its reservation still counted. On SQLite, where one process
+serves a directory, :meth:`Database.recover` at start fails every unfinished job at once, as after a crash.
+Tables, triggers, the genesis row and the curator are made under a PostgreSQL advisory lock
+(:meth:`Database.init`): servers that start together on an empty database make them once.
 
 **Tokens.** A token is 32 random bytes from :mod:`secrets`; only its SHA-256 is stored. A plain,
 unsalted hash suffices for a value with 256 bits of entropy (nothing to guess, no dictionary to try), and
@@ -41,7 +51,9 @@ import contextlib
 import datetime as _dt
 import hashlib
 import json
+import os
 import secrets
+import socket
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -50,7 +62,8 @@ import sqlalchemy as sa
 from ..errors import BudgetError, InvalidArgumentError
 from ..ledger import Guarantee, _compose, _exact  # the ledger's rules, used here, not copied
 
-SCHEMA = 1
+SCHEMA = 2  # 2: jobs.server and the servers table (a schema-1 SQLite file is moved on at start)
+INIT_LOCK = 0x7261796470  # the PostgreSQL advisory lock key held while init() makes the tables and the curator
 GENESIS = "0" * 64
 FINAL = ("released", "failed", "refused", "cancelled", "done")  # job statuses that never change again
 
@@ -85,9 +98,9 @@ caps = sa.Table(
 )
 allowed = sa.Table(
     "allowed", metadata,
-    sa.Column("kind", sa.String(16), primary_key=True),  # target | estimator
-    sa.Column("name", sa.String(300), primary_key=True),  # module:attribute
-    sa.Column("args", sa.Text),  # a target's pinned JSON arguments, or NULL (the analyst's)
+    sa.Column("kind", sa.String(16), primary_key=True),  # target | estimator | code (analysts' own code on a data set)
+    sa.Column("name", sa.String(300), primary_key=True),  # module:attribute (code: the data set's name)
+    sa.Column("args", sa.Text),  # a target's pinned JSON arguments, or NULL (the analyst's); code: its sandbox limits
 )
 estimates = sa.Table(
     "estimates", metadata,
@@ -118,7 +131,17 @@ jobs = sa.Table(
     sa.Column("reserved", sa.Integer),  # the audit row of its reservation
     sa.Column("created", sa.String(40), nullable=False),
     sa.Column("updated", sa.String(40), nullable=False),
+    sa.Column("server", sa.String(40)),  # the servers row of the process that runs it
     sa.UniqueConstraint("owner_id", "request_id", name="one_answer_per_request_id"),
+)
+servers = sa.Table(
+    "servers", metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("host", sa.String(200), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("started", sa.String(40), nullable=False),
+    sa.Column("lease", sa.Float, nullable=False),  # seconds its heartbeat stays good for
+    sa.Column("beat", sa.Float, nullable=False),  # its last heartbeat, seconds since the epoch on the database's clock
 )
 audit = sa.Table(
     "audit", metadata,
@@ -136,7 +159,7 @@ audit = sa.Table(
     sa.Column("sensitivity", sa.String(40)),
     sa.Column("sample", sa.String(64)),
     sa.Column("estimate", sa.String(64)),
-    sa.Column("outcome", sa.String(40)),
+    sa.Column("outcome", sa.Text),
     sa.Column("detail", sa.Text),
     sa.Column("prev", sa.String(64), nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),
@@ -162,6 +185,29 @@ _TRIGGERS = [  # the audit table is append-only for every client of the database
     "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit "
     "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
 ]
+_PG_FUNCTION = ("CREATE OR REPLACE FUNCTION raydp_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$")
+_PG_TRIGGERS = {name: f"CREATE TRIGGER {name} BEFORE {what} ON audit FOR EACH {each} "
+                      "EXECUTE FUNCTION raydp_audit_append_only()"
+                for name, what, each in (("audit_no_update", "UPDATE", "ROW"), ("audit_no_delete", "DELETE", "ROW"),
+                                         ("audit_no_truncate", "TRUNCATE", "STATEMENT"))}
+
+
+def database_url(url: str) -> str:
+    """The SQLAlchemy URL of a database given as ``sqlite:///FILE`` or ``postgresql://USER@HOST:PORT/DB``
+    (driven by psycopg 3: ``postgresql+psycopg://``)."""
+    for scheme in ("postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url[len(scheme):]
+    return url
+
+
+def masked(url: str) -> str:
+    """``url`` with its password, if it has one, shown as ``***`` (what a server prints of its database)."""
+    try:
+        return sa.engine.make_url(database_url(url)).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads: nothing of it is printed
+        return "(a database URL SQLAlchemy cannot read)"
 
 
 class Conflict(InvalidArgumentError):
@@ -246,15 +292,18 @@ class Database:
     """The service's database at ``url`` (``sqlite:///DIR/raydp.db`` by default). Thread-safe."""
 
     def __init__(self, url: str):
+        url = database_url(url)
         self.url = url
         self.sqlite = url.startswith("sqlite")
+        self.instance: str | None = None  # this process's servers row, once registered
+        self.lease = 0.0
         if self.sqlite:
             self.engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
                                            pool_size=16, max_overflow=32)
             sa.event.listen(self.engine, "connect", _sqlite_connect)
             sa.event.listen(self.engine, "begin", _sqlite_begin)
         else:
-            self.engine = sa.create_engine(url, pool_pre_ping=True)
+            self.engine = sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
     # ---- transactions ----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -292,20 +341,52 @@ class Database:
         return seq
 
     # ---- set-up ----------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _init_lock(self):
+        """PostgreSQL: a session advisory lock (:data:`INIT_LOCK`) held while :meth:`init` runs. SQLite: nothing
+        (its first write's ``BEGIN IMMEDIATE`` serialises starts on one file)."""
+        if self.sqlite:
+            yield
+            return
+        with self.engine.connect() as c:
+            c.exec_driver_sql(f"SELECT pg_advisory_lock({INIT_LOCK})")
+            c.commit()
+            try:
+                yield
+            finally:
+                c.exec_driver_sql(f"SELECT pg_advisory_unlock({INIT_LOCK})")
+                c.commit()
+
+    def _triggers(self, c) -> list[str]:
+        """The statements that make the append-only triggers that are missing."""
+        if self.sqlite:
+            return _TRIGGERS
+        have = set(c.exec_driver_sql("SELECT tgname FROM pg_trigger WHERE tgrelid = 'audit'::regclass").scalars())
+        return [_PG_FUNCTION] + [sql for name, sql in _PG_TRIGGERS.items() if name not in have]
+
     def init(self, admin_name: str = "curator") -> str | None:
-        """Create the tables (once) and, on the first start, the curator's token: returned once, stored hashed."""
+        """Create the tables (once) and, on the first start, the curator's token: returned once, stored hashed.
+        On PostgreSQL under an advisory lock: of servers that start at once on an empty database, one makes the
+        tables, the genesis row and the curator; the others find them (and return None)."""
+        with self._init_lock():
+            return self._init(admin_name)
+
+    def _init(self, admin_name: str) -> str | None:
         metadata.create_all(self.engine)
         with self.engine.connect() as c:
             with c.begin():
-                if self.sqlite:
-                    for t in _TRIGGERS:
-                        c.exec_driver_sql(t)
+                for t in self._triggers(c):
+                    c.exec_driver_sql(t)
         with self._write() as (c, head):
             if head.pop("missing", False):
                 c.execute(sa.insert(audit_head).values(id=1, rows=0, hash=GENESIS))
                 c.execute(sa.insert(meta).values(key="schema", value=str(SCHEMA)))
                 c.execute(sa.insert(meta).values(key="created", value=now()))
             version = c.execute(sa.select(meta.c.value).where(meta.c.key == "schema")).scalar()
+            if version == "1":  # schema 1 -> 2: a job records its server (the servers table is new: made above)
+                c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN server VARCHAR(40)")
+                c.execute(sa.update(meta).where(meta.c.key == "schema").values(value=str(SCHEMA)))
+                version = str(SCHEMA)
             if version != str(SCHEMA):
                 raise InvalidArgumentError(f"the database has schema {version}, this raydp reads {SCHEMA}")
             if c.execute(sa.select(principals.c.id).where(principals.c.role == "admin")).first() is not None:
@@ -317,9 +398,15 @@ class Database:
             return token
 
     def integrity(self) -> str:
-        """SQLite's ``PRAGMA integrity_check`` (``ok`` when intact); ``ok`` elsewhere."""
+        """SQLite's ``PRAGMA integrity_check``; on PostgreSQL, that the audit table's append-only triggers are
+        there and enabled. ``ok`` when intact, else what is wrong."""
         if not self.sqlite:
-            return "ok"
+            with self._read() as c:
+                have = dict(c.exec_driver_sql("SELECT tgname, tgenabled FROM pg_trigger "
+                                              "WHERE tgrelid = 'audit'::regclass").all())
+            problems = [f"the trigger {name} is {'missing' if name not in have else 'disabled'}"
+                        for name in _PG_TRIGGERS if have.get(name, "D") == "D"]
+            return "; ".join(problems) or "ok"
         with self.engine.connect() as c:
             return str(c.exec_driver_sql("PRAGMA integrity_check").scalar())
 
@@ -386,7 +473,13 @@ class Database:
 
     def dataset_paths(self) -> list[str]:
         with self._read() as c:
-            return [r[0] for r in c.execute(sa.select(datasets.c.path))]
+            return [r[0] for r in c.execute(sa.select(datasets.c.path).order_by(datasets.c.id))]
+
+    def store_dirs(self) -> list[str]:
+        """The directories the stored Δ̂s are in (each server's ``DIR/stores``), in a stable order."""
+        with self._read() as c:
+            paths = [r[0] for r in c.execute(sa.select(estimates.c.path).order_by(estimates.c.created))]
+        return list(dict.fromkeys(os.path.dirname(p) for p in paths))
 
     def set_cap(self, actor: str, analyst: str, dataset: str, epsilon: float, delta: float) -> None:
         with self._write() as (c, head):
@@ -416,6 +509,14 @@ class Database:
             if done.rowcount == 0:
                 c.execute(sa.insert(allowed).values(kind=kind, name=name, args=pinned))
             self._append(c, head, actor=actor, action=f"allow {kind}", target=name, outcome="ok", detail=pinned)
+
+    def disallow(self, actor: str, kind: str, name: str) -> None:
+        """Take ``name`` off the allow-list of ``kind`` (kind ``code``: the data set ``name`` takes no analyst's own
+        code). Audited."""
+        with self._write() as (c, head):
+            done = c.execute(sa.delete(allowed).where(allowed.c.kind == kind, allowed.c.name == name))
+            self._append(c, head, actor=actor, action=f"disallow {kind}", target=name,
+                         outcome="ok" if done.rowcount else "was not allowed")
 
     def allowed(self, kind: str, name: str) -> dict | None:
         """The allow-list entry (``{"args": pinned or None}``), or None when ``name`` is not allowed."""
@@ -471,7 +572,7 @@ class Database:
                 jid, stamp = new_id(), now()
                 row = {"id": jid, "owner_id": owner.id, "kind": kind, "request_id": request_id, "body_hash": digest,
                        "body": text, "dataset_id": dataset_id, "status": "queued", "progress": "queued",
-                       "created": stamp, "updated": stamp}
+                       "created": stamp, "updated": stamp, "server": self.instance}
                 c.execute(sa.insert(jobs).values(**row))
                 self._append(c, head, actor=owner.name, action="request", job=jid, dataset_id=dataset_id,
                              analyst_id=owner.id if owner.role == "analyst" else None,
@@ -537,6 +638,9 @@ class Database:
         """
         eps, dlt = _exact(epsilon), _exact(delta)
         with self._write() as (c, head):
+            status = c.execute(sa.select(jobs.c.status).where(jobs.c.id == job_id)).scalar()
+            if status in FINAL:  # ended meanwhile (its server's lease ran out and another server failed it)
+                raise Conflict(f"job {job_id} already ended ({status}); nothing was reserved")
             ds = c.execute(sa.select(datasets).where(datasets.c.id == dataset_id)).mappings().one()
             cap = c.execute(sa.select(caps).where(caps.c.analyst_id == analyst.id,
                                                   caps.c.dataset_id == dataset_id)).mappings().first()
@@ -617,21 +721,83 @@ class Database:
             out.append({"name": d["name"], "n": d["n"], "oracle": d["oracle"], **self.budget(d["id"], analyst_id)})
         return out
 
-    # ---- recovery ---------------------------------------------------------------------------------------
+    # ---- servers and recovery -----------------------------------------------------------------------------
+    def _clock(self, c) -> float:
+        """Seconds since the epoch on the database's clock (one clock for every server of a shared database)."""
+        sql = ("SELECT (julianday('now') - 2440587.5) * 86400.0" if self.sqlite
+               else "SELECT extract(epoch FROM clock_timestamp())")
+        return float(c.exec_driver_sql(sql).scalar())
+
+    def register(self, lease: float) -> str:
+        """This process as a server of the database, its lease ``lease`` seconds long: the jobs it creates
+        carry the id returned; :meth:`heartbeat` renews the lease."""
+        if not (lease > 0):
+            raise InvalidArgumentError(f"a server's lease must be > 0 seconds, got {lease!r}")
+        self.instance, self.lease = new_id(), float(lease)
+        self.heartbeat()
+        return self.instance
+
+    def heartbeat(self) -> None:
+        """Renew this server's lease. A row removed meanwhile (the lease ran out and another server failed its
+        jobs) is made again: the jobs that were failed stay failed."""
+        with self.engine.connect() as c:
+            c = c.execution_options(raydp_write=True)
+            with c.begin():
+                clock = self._clock(c)
+                done = c.execute(sa.update(servers).where(servers.c.id == self.instance).values(beat=clock))
+                if done.rowcount == 0:
+                    c.execute(sa.insert(servers).values(id=self.instance, host=socket.gethostname()[:200],
+                                                        pid=os.getpid(), started=now(), lease=self.lease, beat=clock))
+
     def recover(self) -> list[str]:
-        """After a stop (a crash, a kill): every job that had not finished fails. A reservation stays counted
-        (the private evaluation may have run); a job that reserved nothing charged nothing. Audited."""
-        with self._read() as c:
-            open_jobs = [dict(r) for r in c.execute(sa.select(jobs).where(jobs.c.status.notin_(FINAL))).mappings()]
-        why = "the server stopped before this job finished"
-        for j in open_jobs:
-            if j["reserved"] is not None:
-                self.settle(j["id"], "raydp serve", "failed", error=why + "; its reservation stays counted",
-                            detail={"why": "server restarted"})
-            else:
-                self.finish_job(j["id"], "raydp serve", "failed", error=why + "; nothing was charged",
-                                action="abandon", detail={"why": "server restarted"})
-        return [j["id"] for j in open_jobs]
+        """At a server's start: fail the unfinished jobs of servers that are gone — on SQLite (one process per
+        directory) every unfinished job but this process's own, on a shared database those whose server's
+        lease ran out (:meth:`reap`). A reservation stays counted (the private evaluation may have run); a job
+        that reserved nothing charged nothing. Audited. Returns the failed jobs' ids."""
+        return self._reap(everyone=self.sqlite, why="server restarted")
+
+    def reap(self) -> list[str]:
+        """Fail the unfinished jobs of every server whose lease ran out, and forget those servers (every server
+        calls this now and then). Returns the failed jobs' ids."""
+        return self._reap(everyone=False, why="its server stopped")
+
+    def _live(self, c, everyone: bool) -> list[str]:
+        """The servers taken as alive: this one and, unless ``everyone`` is to go, those whose lease holds."""
+        mine = [self.instance] if self.instance else []
+        if everyone:
+            return mine
+        clock = self._clock(c)
+        return list(dict.fromkeys(mine + [r[0] for r in c.execute(
+            sa.select(servers.c.id).where(servers.c.beat + servers.c.lease >= clock))]))
+
+    def _gone(self, c, live: list[str]) -> tuple[list[dict], int]:
+        """Unfinished jobs whose server is not in ``live`` (or unknown), and how many servers rows are not."""
+        q = sa.select(jobs).where(jobs.c.status.notin_(FINAL))
+        stale = sa.select(sa.func.count()).select_from(servers)
+        if live:
+            q = q.where(sa.or_(jobs.c.server.is_(None), jobs.c.server.notin_(live)))
+            stale = stale.where(servers.c.id.notin_(live))
+        return [dict(r) for r in c.execute(q).mappings()], int(c.execute(stale).scalar())
+
+    def _reap(self, everyone: bool, why: str) -> list[str]:
+        with self._read() as c:  # most of the time nothing is gone: no write, no lock
+            orphans, stale = self._gone(c, self._live(c, everyone))
+        if not orphans and not stale:
+            return []
+        message = "the server stopped before this job finished"
+        with self._write() as (c, head):  # again under the write lock: two servers reaping fail a job once
+            live = self._live(c, everyone)
+            orphans, _ = self._gone(c, live)
+            c.execute(sa.delete(servers).where(servers.c.id.notin_(live)) if live else sa.delete(servers))
+            for j in orphans:
+                counted = j["reserved"] is not None
+                c.execute(sa.update(jobs).where(jobs.c.id == j["id"]).values(
+                    status="failed", progress="failed", updated=now(),
+                    error=message + ("; its reservation stays counted" if counted else "; nothing was charged")))
+                self._append(c, head, actor="raydp serve", action="settle" if counted else "abandon", job=j["id"],
+                             dataset_id=j["dataset_id"], analyst_id=j["owner_id"] if counted else None,
+                             outcome="failed", detail=canonical({"why": why, "server": j["server"]}))
+        return [j["id"] for j in orphans]
 
     # ---- the audit log ----------------------------------------------------------------------------------
     def audit_rows(self, after: int = 0, limit: int = 1000) -> list[dict]:
@@ -701,6 +867,63 @@ class Database:
                 "estimates": [{"id": e["id"], "target": json.loads(e["target"]), "oracle": json.loads(e["oracle"]),
                                "n": e["n"], "measure": json.loads(e["measure"]), "gamma": float(e["gamma"]),
                                "sensitivity": float(e["sensitivity"]), "created": e["created"]} for e in est_rows]}
+
+    def spending(self, analyst_id: int | None = None) -> list[dict]:
+        """ε and δ spent over time: per analyst (every analyst, or ``analyst_id`` alone), the counted
+        reservations in the audit's order, each with the running sums over all of that analyst's data sets
+        (exact, as the budgets are; a cancelled reservation is not counted, as in the budgets)."""
+        s = audit.alias("s")
+        cancelled = sa.exists().where(s.c.action == "settle", s.c.job == audit.c.job, s.c.outcome == "cancelled")
+        q = (sa.select(audit.c.seq, audit.c.time, audit.c.analyst_id, audit.c.epsilon, audit.c.delta,
+                       principals.c.name.label("analyst"), datasets.c.name.label("dataset"))
+             .join(principals, principals.c.id == audit.c.analyst_id)
+             .join(datasets, datasets.c.id == audit.c.dataset_id)
+             .where(audit.c.action == "reserve", ~cancelled).order_by(audit.c.seq))
+        if analyst_id is not None:
+            q = q.where(audit.c.analyst_id == analyst_id)
+        with self._read() as c:
+            rows = [dict(r) for r in c.execute(q).mappings()]
+        series: dict[int, dict] = {}
+        for r in rows:
+            one = series.setdefault(r["analyst_id"], {"analyst": r["analyst"], "points": [],
+                                                      "sums": [Fraction(0), Fraction(0)]})
+            one["sums"][0] += _exact(float(r["epsilon"]))
+            one["sums"][1] += _exact(float(r["delta"]))
+            one["points"].append({"seq": r["seq"], "time": r["time"], "dataset": r["dataset"],
+                                  "epsilon": float(r["epsilon"]), "delta": float(r["delta"]),
+                                  "spent_epsilon": float(one["sums"][0]), "spent_delta": float(one["sums"][1])})
+        return [{"analyst": v["analyst"], "points": v["points"]}
+                for v in sorted(series.values(), key=lambda v: v["analyst"])]
+
+    def releases(self, owner_id: int | None = None, limit: int = 20) -> list[dict]:
+        """The latest release jobs that ended released or failed (both counted), newest first: who, on which
+        data set, what was asked, and for a release its value and statement (for a failure its one fixed line).
+        Every analyst's, or those of ``owner_id`` alone."""
+        q = (sa.select(jobs.c.id, jobs.c.body, jobs.c.status, jobs.c.result, jobs.c.error, jobs.c.created,
+                       jobs.c.updated, principals.c.name.label("analyst"), datasets.c.name.label("dataset"))
+             .join(principals, principals.c.id == jobs.c.owner_id)
+             .join(datasets, datasets.c.id == jobs.c.dataset_id)
+             .where(jobs.c.kind == "release", jobs.c.status.in_(("released", "failed")))
+             .order_by(jobs.c.updated.desc(), jobs.c.id).limit(limit))
+        if owner_id is not None:
+            q = q.where(jobs.c.owner_id == owner_id)
+        with self._read() as c:
+            rows = [dict(r) for r in c.execute(q).mappings()]
+        out = []
+        for r in rows:
+            body = json.loads(r["body"])
+            result = None if r["result"] is None else json.loads(r["result"])
+            asked = body.get("target") or body.get("estimator") or {}
+            out.append({"job": r["id"], "analyst": r["analyst"], "dataset": r["dataset"], "status": r["status"],
+                        "request_id": body.get("request_id"),
+                        "what": asked.get("name") or asked.get("class") or "pipeline",
+                        "args": asked.get("args") if "name" in asked else asked.get("params"),
+                        "mechanism": body.get("mechanism") if "name" in asked else asked.get("mechanism"),
+                        "epsilon": body.get("epsilon"), "delta": body.get("delta"), "gamma": body.get("gamma"),
+                        "value": None if result is None else result.get("value"),
+                        "statement": None if result is None else result.get("statement"),
+                        "error": r["error"], "created": r["created"], "updated": r["updated"]})
+        return out
 
 
 def _opt(x):

@@ -19,6 +19,11 @@ A release request runs as a *job* on a small thread pool; the HTTP handler waits
    any private value was read — its message then says what failed, public things only, and the data set's
    file is named by kind alone.
 
+An analyst's own code (``target: {"code", "source"}``, on a data set whose curator allows it: :meth:`Service.check_code`)
+is a :class:`raydp.seal.Submitted`: the bytes are checked as a pickle stream without being unpickled, Δ̂ is
+sampled with ``strict`` in sandbox sessions (its first failure ends the job uncharged, :data:`CODE_FAILED`), and
+the private part is the same as above under the data set's limits for code.
+
 A scikit-learn request is :class:`raydp.sklearn.PrivateEstimator` with the same ledger; its private values are
 read in this process just before the fit, so everything from that point on is counted.
 """
@@ -40,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BudgetError, InvalidArgumentError, RaydpError
+from ..errors import BudgetError, InvalidArgumentError, RaydpError, TargetError
 from ..identity import describe, estimate_fingerprint, measurement, sample_fingerprint
 from ..ledger import Ledger, _exact
 from . import db as _db
@@ -54,6 +59,16 @@ FAILED = ("the release failed on the private data; why is withheld because it ma
 UNUSABLE = ("the data set's file cannot be used for this release (its format, columns or row count do not fit "
             "the target's records); nothing was charged — the curator can check it")
 MECHANISMS = ("laplace", "gaussian", "exponential", "bernstein")
+#: ... when an analyst's own code failed on public oracle records while Δ̂ was sampled (nothing private was touched).
+CODE_FAILED = ("the submitted code failed on public oracle records while Δ̂ was sampled in the sandbox (it raised, was "
+               "stopped at a limit, or answered something other than finite numbers); what it did is withheld; nothing "
+               "was charged")
+#: The largest submitted code (its pickle bytes) and source text (characters) a release request may carry.
+MAX_CODE = 512 << 10
+MAX_SOURCE = 256 << 10
+#: The sandbox's limits for analysts' own code where the curator gave none (``raydp admin allow-code``): for each
+#: session of Δ̂ sampling in one process, and for the private evaluation.
+CODE_LIMITS = {"memory": 3 << 30, "cpu_seconds": 300, "processes": 32, "wall_seconds": 60.0}
 
 
 @dataclass
@@ -66,6 +81,7 @@ class Settings:
     address: str | None = None
     workers: int = 8
     seed: int | None = None  # Δ̂ sampled by the service: None = a fresh seed each time (recorded in the store)
+    lease: float = 30.0  # seconds this server's heartbeat stays good for (its database row: db.Database.register)
 
 
 @dataclass
@@ -249,10 +265,29 @@ class Service:
         self._cache: dict = {}
         self.live: dict[str, str] = {}
         self.hide()
+        self._stopping = threading.Event()
+        self._lease = None
+        if self.db.instance is not None:  # registered: keep the lease and fail the jobs of servers that are gone
+            self._lease = threading.Thread(target=self._keep_lease, name="raydp-lease", daemon=True)
+            self._lease.start()
+
+    def _keep_lease(self) -> None:
+        """Every third of a lease: renew this server's lease, then fail the unfinished jobs of servers whose lease
+        ran out (:meth:`raydp.serve.db.Database.reap`)."""
+        while not self._stopping.wait(self.db.lease / 3):
+            try:
+                self.db.heartbeat()
+                failed = self.db.reap()
+                if failed:
+                    log.warning("failed %d job(s) of a server whose lease ran out (reservations stay counted)",
+                                len(failed))
+            except Exception as exc:  # noqa: BLE001 - the database is away for a while: try again next time
+                log.warning("lease not renewed: %s", type(exc).__name__)
 
     def progress(self, job_id: str, text: str) -> None:
         """A running job's progress line: kept in memory (it is not state: after a stop the job fails anyway), so a
-        release costs no database write for it; :meth:`view` shows it."""
+        release costs no database write for it; :meth:`view` shows it. Another server of a shared database shows
+        the job's status and its last progress written with it (``queued``, ``reserved``), not this line."""
         with self._lock:
             self.live[job_id] = text
 
@@ -266,12 +301,16 @@ class Service:
         return row
 
     def hide(self) -> None:
-        """Every sandbox of this process shows DIR and the data sets' files empty (:func:`raydp.seal.hide_always`)."""
+        """Every sandbox of this process shows DIR, the other servers' store directories and the data sets' files
+        empty (:func:`raydp.seal.hide_always`). Read again before every job: on a shared database another server
+        may have registered a data set since."""
         from ..seal import hide_always
 
-        hide_always([self.root, *[p for p in self.db.dataset_paths() if os.path.exists(p)]])
+        stores = [d for d in self.db.store_dirs() if not d.startswith(self.root + os.sep) and os.path.isdir(d)]
+        hide_always([self.root, *stores, *[p for p in self.db.dataset_paths() if os.path.exists(p)]])
 
     def close(self) -> None:
+        self._stopping.set()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- cached public objects -------------------------------------------------------------------------
@@ -311,6 +350,42 @@ class Service:
             spec = {"name": spec["name"], "args": entry["args"]}
         return {"name": spec["name"], "args": spec.get("args")}
 
+    def check_code(self, ds: dict, target: dict):
+        """An analyst's own code on ``ds``, checked without running it: the data set takes code (the curator's
+        ``allow-code``; else 403), the sandbox is there (else 403), ``code`` is base64 of at most :data:`MAX_CODE`
+        bytes holding one whole pickle stream (read opcode by opcode, never unpickled). Returns the
+        :class:`raydp.seal.Submitted`, with the curator's limits and this server's hidden paths."""
+        import base64
+        import binascii
+
+        from ..seal import Limits, Submitted, check_pickle, hidden_always, sandbox_status
+
+        entry = self.db.allowed("code", ds["name"])
+        if entry is None:
+            raise ServiceError(f"the data set {ds['name']!r} does not take analysts' own code (its curator allows it "
+                               f"with: raydp admin allow-code {ds['name']})", 403)
+        if not sandbox_status()[0]:
+            raise ServiceError("analysts' own code runs only in the sandbox, and this server has none", 403)
+        text = target.get("code")
+        source = target.get("source") or ""
+        if not isinstance(text, str) or len(text) > 4 * ((MAX_CODE + 2) // 3):
+            raise ServiceError(f"target.code must be base64 of at most {MAX_CODE} bytes")
+        if not isinstance(source, str) or len(source) > MAX_SOURCE:
+            raise ServiceError(f"target.source must be text of at most {MAX_SOURCE} characters")
+        try:
+            payload = base64.b64decode(text.encode("ascii"), validate=True)
+        except (binascii.Error, ValueError, UnicodeEncodeError):
+            raise ServiceError("target.code is not base64 (standard alphabet, with padding)") from None
+        if not payload or len(payload) > MAX_CODE:
+            raise ServiceError(f"target.code must hold 1 to {MAX_CODE} bytes, it holds {len(payload)}")
+        try:
+            check_pickle(payload)
+        except InvalidArgumentError as exc:
+            raise ServiceError(str(exc)) from None
+        limits = Limits(**{**CODE_LIMITS, **(entry["args"] or {})})
+        self.hide()
+        return Submitted(payload, source, limits=limits, hide=hidden_always())
+
     def dataset_for(self, who: _db.Principal, name: str) -> dict:
         """A data set ``who`` may use (an analyst: one with a cap; the curator: any)."""
         try:
@@ -327,7 +402,8 @@ class Service:
         try:
             return self._submit_release(who, body)
         except ServiceError as exc:
-            what = (body.get("target") or {}).get("name") or _db.canonical(body.get("estimator"))
+            what = (body.get("target") or {}).get("name") or ("submitted code" if "code" in (body.get("target") or {})
+                                                              else _db.canonical(body.get("estimator")))
             self.db.note(who.name, "reject", outcome=f"refused ({exc.status})", analyst_id=who.id, target=what,
                          epsilon=_db.amount(body["epsilon"]), delta=_db.amount(body["delta"]),
                          gamma=_db.amount(body["gamma"]),
@@ -336,7 +412,15 @@ class Service:
 
     def _submit_release(self, who: _db.Principal, body: dict) -> tuple[dict, bool]:
         ds = self.dataset_for(who, body["dataset"])
-        if body.get("target") is not None:
+        code = None
+        if body.get("target") is not None and "code" in body["target"]:
+            code = self.check_code(ds, body["target"])
+            build_mechanism(body["mechanism"], body.get("mechanism_args"), body["epsilon"], body["delta"])
+            spec = {"name": "code", "sha256": code.sha256}
+            what = f"code sha256:{code.sha256}"
+            # kept: the payload's hash and the source text (the audit row of the request), not the payload itself
+            body = {**body, "target": {"code_sha256": code.sha256, "source": code.source}}
+        elif body.get("target") is not None:
             spec = self.check_target(body["target"])
             build_mechanism(body["mechanism"], body.get("mechanism_args"), body["epsilon"], body["delta"])
             self.target(spec)  # public: a bad argument is answered now, before anything is recorded
@@ -348,11 +432,16 @@ class Service:
         stored = {k: v for k, v in body.items() if k != "wait"}
         detail = {"target": what, "epsilon": body["epsilon"], "delta": body["delta"], "gamma": body["gamma"],
                   "mechanism": body.get("mechanism"), "dataset": ds["name"]}
+        if code is not None:
+            detail |= {"code_sha256": code.sha256, "source": code.source}
         row, created = self.db.create_job(who, "release", body["request_id"], stored, ds["id"], detail)
         if created:
             job = _Job(row["id"], who)
-            run = self._run_target if body.get("target") is not None else self._run_estimator
-            self._submit(row["id"], run, job, ds, body, spec)
+            if code is not None:
+                self._submit(row["id"], self._run_target, job, ds, body, spec, code)
+            else:
+                run = self._run_target if body.get("target") is not None else self._run_estimator
+                self._submit(row["id"], run, job, ds, body, spec)
         return row, created
 
     def submit_estimate(self, who: _db.Principal, body: dict) -> dict:
@@ -368,6 +457,7 @@ class Service:
         return row
 
     def _submit(self, job_id: str, fn, *args) -> None:
+        self.hide()
         fut = self.pool.submit(fn, *args)
         with self._lock:
             self.futures[job_id] = fut
@@ -415,7 +505,8 @@ class Service:
         sid = _db.new_id()
         path = os.path.join(self.stores, sid)
         est = estimate_sensitivity(target, oracle, ds["n"], mechanism=mech, gamma=gamma,
-                                   options=self.options(store=path))
+                                   options=self.options(store=path, **({"strict": True} if spec.get("name") == "code"
+                                                                       else {})))
         prov = est.provenance()
         eid = self.db.add_estimate(job.owner.name, target=spec, oracle=ds["oracle"], n=ds["n"], measure=key["measure"],
                                    gamma=est.gamma, path=path, sensitivity=est.sensitivity, job=job.id,
@@ -424,16 +515,28 @@ class Service:
         return est, False, {"store": eid, "how": "sampled for this request from the public oracle"}
 
     # ---- the jobs -----------------------------------------------------------------------------------------
-    def _run_target(self, job: _Job, ds: dict, body: dict, spec: dict) -> None:
+    def _run_target(self, job: _Job, ds: dict, body: dict, spec: dict, code=None) -> None:
+        """A release of an allow-listed target, or of an analyst's own ``code`` (a :class:`raydp.seal.Submitted`:
+        its Δ̂ sampled with ``strict`` — its first failure stops the sampling and the release, uncharged)."""
         from ..release import respond
+        from ..seal import close_sessions
         from ..tables import PrivateTable
 
         try:
             self.progress(job.id, "choosing Δ̂")
-            target = self.target(spec)
+            target = self.target(spec) if code is None else code
             mech = build_mechanism(body["mechanism"], body.get("mechanism_args"), body["epsilon"], body["delta"])
             oracle = self.oracle(ds)
-            est, reused, where = self.estimate_for(job, spec, target, ds, oracle, mech, body["gamma"])
+            if code is None:
+                est, reused, where = self.estimate_for(job, spec, target, ds, oracle, mech, body["gamma"])
+            else:
+                try:
+                    est, reused, where = self.estimate_for(job, spec, target, ds, oracle, mech, body["gamma"])
+                except Exception:  # noqa: BLE001 - whatever it was (a pair, the probe, a Ray task): one message
+                    log.warning("job %s: the submitted code failed while Δ̂ was sampled", job.id)
+                    raise TargetError(CODE_FAILED) from None
+                finally:
+                    close_sessions(code)  # the sessions of this process: whatever the code left running goes
             prov = est.provenance()
             job.reservation = self.db.reserve(
                 job.id, job.owner, ds["id"], epsilon=body["epsilon"], delta=mech.privacy()[1], gamma=est.gamma,
@@ -453,7 +556,8 @@ class Service:
             job.data_phase = False
             self.progress(job.id, "replaying Δ̂'s pairs in the sandbox")
             r = respond(data, target, mech, est, reused=reused, replay=True, gamma=body["gamma"],
-                        ledger=ReservationLedger(self, job), respond_after=self.settings.respond_after)
+                        ledger=ReservationLedger(self, job), respond_after=self.settings.respond_after,
+                        limits=None if code is None else code.limits)
             value = r.value.tolist() if hasattr(r.value, "tolist") else r.value
             result = {"value": value, "epsilon": r.epsilon, "delta": r.delta, "gamma": r.gamma,
                       "sensitivity": r.sensitivity, "mechanism": r.mechanism, "statement": r.statement(),
@@ -613,4 +717,5 @@ def _jsonable(obj):
 
 
 __all__ = ["Service", "Settings", "ServiceError", "ReservationLedger", "build_target", "build_mechanism",
-           "build_oracle", "build_estimator", "FAILED", "UNUSABLE"]
+           "build_oracle", "build_estimator", "FAILED", "UNUSABLE", "CODE_FAILED", "CODE_LIMITS", "MAX_CODE",
+           "MAX_SOURCE"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from fractions import Fraction
 
 import pytest
@@ -197,3 +198,50 @@ def test_verify_finds_an_edited_an_inserted_and_a_deleted_row_and_a_deleted_last
                                       "the last rows were deleted"]
     expect = (head["rows"], head["head"])
     assert f"row {head['rows']}, whose hash was recorded, is not in the log" in d.verify(expect)["problems"]
+
+
+def test_a_server_whose_lease_ran_out_has_its_jobs_failed_by_another_and_only_then(tmp_path):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    first, second = dbm.Database(url), dbm.Database(url)
+    first.init()
+    second.init()
+    first.register(1.0)
+    second.register(60.0)
+    did, who, _ = _setup(first, total=1.0)
+    mine, _ = _reserve(first, who, did, 0.3)  # first's jobs: one reserved, one queued
+    queued, _ = first.create_job(who, "release", "q", {"x": 1}, did, {})
+    theirs, _ = _reserve(second, who, did, 0.2)
+    assert first.job(mine)["server"] == first.instance and second.job(theirs)["server"] == second.instance
+    assert second.reap() == [] and first.reap() == []  # both leases hold
+    time.sleep(1.3)
+    assert first.reap() == []  # its own jobs are never its to fail
+    assert sorted(second.reap()) == sorted([mine, queued["id"]])  # first's lease ran out
+    assert second.reap() == []  # failed once
+    assert first.job(mine)["status"] == "failed" and first.job(theirs)["status"] == "running"
+    assert "reservation stays counted" in first.job(mine)["error"]
+    assert "nothing was charged" in first.job(queued["id"])["error"]
+    assert first.budget(did)["dataset"]["spent"]["epsilon"] == 0.5  # the failed reservation still counts
+    first.heartbeat()  # back after a stall: a row again, its failed jobs stay failed
+    assert second.reap() == [] and first.job(mine)["status"] == "failed"
+    # the stalled server goes on with its queued job: it cannot reserve for a job that ended, so it never
+    # reaches the private data, and the job stays failed
+    with pytest.raises(dbm.Conflict, match="already ended"):
+        first.reserve(queued["id"], who, did, epsilon=0.1, delta=0.0, gamma=0.05, sensitivity=1.0, sample=None,
+                      estimate=None, target="t", detail={})
+    assert first.job(queued["id"])["status"] == "failed"
+    assert first.budget(did)["dataset"]["spent"]["epsilon"] == 0.5
+    assert first.verify()["ok"]
+
+
+def test_a_schema_1_file_is_moved_on_at_start(tmp_path):
+    path = tmp_path / "old.db"
+    d = dbm.Database(f"sqlite:///{path}")
+    d.init()
+    with sqlite3.connect(path) as c:
+        c.execute("ALTER TABLE jobs DROP COLUMN server")
+        c.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    again = dbm.Database(f"sqlite:///{path}")
+    assert again.init() is None
+    with sqlite3.connect(path) as c:
+        assert "server" in [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
+        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == str(dbm.SCHEMA)

@@ -628,6 +628,12 @@ def _cell(values, warned: int | None = None) -> str:
     return text if warned is None else f"{text}; warned {warned}/{s['count']}"
 
 
+def _refused_note(fits: list[dict]) -> str:
+    """How many of a line's fits refused their time budget before sampling (then ran with time_budget=None)."""
+    refused = sum(bool(f.get("budget_refused")) for f in fits)
+    return f"; budget refused {refused}/{len(fits)}, then time_budget=None" if refused else ""
+
+
 def _coverage(releases: list[dict]) -> list[dict]:
     """Share of real releases inside each candidate interval of their previews, with a 95% Clopper–Pearson interval."""
     import numpy as np
@@ -753,6 +759,7 @@ def one_liner(a, argv) -> int:
     import raydp
     from raydp import oracles
     from raydp.errors import InvalidArgumentError, UtilityError
+    from raydp.sampler import TimeBudgetError
     from raydp.sklearn import PrivateEstimator, PrivateSearchCV
 
     if a.one_fit:
@@ -803,10 +810,22 @@ def one_liner(a, argv) -> int:
                 "search": lambda: PrivateSearchCV(*_suggested_search(name), oracle=oracle, **common, options=options),
             }
             for line in LINES:
-                fitted, messages, seconds = _watched_fit(makers[line], Xtr, ytr)
+                budget_refused = None
+                try:
+                    fitted, messages, seconds = _watched_fit(makers[line], Xtr, ytr)
+                except TimeBudgetError as exc:
+                    if line != "search":
+                        raise
+                    # the search's budget cannot buy the fewest pairs of its candidates: it says so before it
+                    # samples; recorded, then the same search with time_budget=None (the fewest pairs, uncapped)
+                    budget_refused = str(exc).splitlines()[0]
+                    fitted, messages, seconds = _watched_fit(
+                        lambda: PrivateSearchCV(*_suggested_search(name), oracle=oracle, **common, time_budget=None,
+                                                options=options), Xtr, ytr)
                 pe = fitted.best_estimator_ if line == "search" else fitted
                 rec = dict(data=name, split=r, line=line, n=len(Xtr),
-                           **_fit_record(pe, eps, messages, seconds, pe.score(Xte, yte), trivial))
+                           **_fit_record(pe, eps, messages, seconds, pe.score(Xte, yte), trivial),
+                           budget_refused=budget_refused)
                 if line in ("search", "tuned"):
                     chosen = fitted.best_params_ if line == "search" else fitted.tuned_params_
                     rec["best_params"] = _printable(chosen)
@@ -997,6 +1016,7 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
         metric = "R²" if name in REGRESSION_SETS else "accuracy"
         rows.append([f"{name}, {metric} ({t['n']})", _num(t["trivial"]["mean"]), _num(t["nonprivate"]["mean"])]
                     + [_cell([f["score"] for f in fits if f["data"] == name and f["line"] == x], t[x]["warned"])
+                       + _refused_note([f for f in fits if f["data"] == name and f["line"] == x])
                        for x in LINES]
                     + [_cell([s[f"diffprivlib_{v}"] for s in report["splits"] if s["data"] == name]) for v in dpl_present])
     detail = []
@@ -1026,7 +1046,9 @@ def _one_liner_markdown(report: dict, sets: list[str]) -> str:
         "on its Δ̂). *As written* (`tune=True`): the regularisation (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}) and "
         "`PublicClip(3)` or none after the public scaler chosen with the mechanism by the same kind of previews on "
         "public pilot pairs (a quarter of the budget), the rest of the budget spent on the chosen model's Δ̂. The search is the line a warning suggests (C × {0.01, 0.1, 1} or alpha × {1, 10, 100}, "
-        "with or without `PublicClip(3)` after the public scaler). diffprivlib 0.6.6 runs in its own environment, "
+        "with or without `PublicClip(3)` after the public scaler), with the same 20 s budget: where that budget "
+        "cannot buy the fewest pairs of all its candidates the search refuses before it samples (\"budget refused\" "
+        "in its cell) and the job runs it again with `time_budget=None`. diffprivlib 0.6.6 runs in its own environment, "
         "given the public half's bounds (`data_norm` = the largest public row norm; `bounds_X`, `bounds_y` = the "
         "public min and max), on the public half's standardisation and on raw columns. Cells: mean ± sd over "
         "the splits, min; warned: fits that raised a UtilityWarning.\n\n",

@@ -81,12 +81,18 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import fcntl
 import json
 import logging
 import os
 import stat
+import sys
 import uuid
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system (Windows): say what raydp runs on instead of a bare module name
+    raise ImportError(f"raydp runs on Linux (its sandbox) and other POSIX systems (without the sandbox), not on "
+                      f"{sys.platform}: its privacy ledger serialises writers with POSIX file locks (fcntl)") from None
 from dataclasses import dataclass
 from fractions import Fraction
 from urllib.parse import unquote, urlparse

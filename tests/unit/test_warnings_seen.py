@@ -27,3 +27,19 @@ def test_our_sources_compile_without_a_warning():
                 compile(path.read_text(encoding="utf-8"), str(path), "exec")
             found += [f"{path.relative_to(REPO)}:{w.lineno}: {w.message}" for w in caught]
     assert found == []
+
+
+def test_without_posix_file_locks_importing_raydp_says_what_it_runs_on(monkeypatch):
+    """Where ``fcntl`` does not exist (Windows), ``import raydp`` fails with one sentence naming the platform and
+    why, not a bare ``No module named 'fcntl'``."""
+    import importlib
+    import sys
+
+    import pytest
+
+    import raydp.ledger  # noqa: F401 - loaded first, so that the module put back at the end is this one
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # import fcntl now raises ImportError, as on Windows
+    monkeypatch.delitem(sys.modules, "raydp.ledger")  # restored (the original module) when the test ends
+    with pytest.raises(ImportError, match=r"raydp runs on Linux .* not on \w+: its privacy ledger .* \(fcntl\)"):
+        importlib.import_module("raydp.ledger")

@@ -219,8 +219,9 @@ class Client:
 def code_payload(function) -> tuple[bytes, str]:
     """``(cloudpickle.dumps(function), its source text)`` as :meth:`Client.release_code` sends them: the
     function's own module is pickled by value (not by its name) unless it is an installed library's or the
-    standard library's, so the server needs none of the analyst's files; the source is ``""`` when
-    ``inspect`` cannot find it."""
+    standard library's, so the server needs none of the analyst's files. The source is that whole module's text
+    when it goes by value (everything in it travels and may run), else the function's own; ``""`` when
+    ``inspect`` cannot find it. The service keeps the source as sent: nothing checks it against the bytes."""
     import inspect
     import sys
     import sysconfig
@@ -234,7 +235,7 @@ def code_payload(function) -> tuple[bytes, str]:
     path = os.path.realpath(file) if file else ""
     roots = {os.path.realpath(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "purelib", "platlib")}
     by_value = (module is not None and module.__name__ != "__main__" and bool(path)
-                and not any(path.startswith(r + os.sep) for r in roots) and not module.__name__.startswith("raydp"))
+                and not any(path.startswith(r + os.sep) for r in roots) and module.__name__.partition(".")[0] != "raydp")
     if by_value:
         cloudpickle.register_pickle_by_value(module)
     try:
@@ -242,8 +243,8 @@ def code_payload(function) -> tuple[bytes, str]:
     finally:
         if by_value:
             cloudpickle.unregister_pickle_by_value(module)
-    try:
-        source = inspect.getsource(function)
+    try:  # what is pickled: the whole module when it goes by value (its other functions run too), else the function
+        source = inspect.getsource(module if by_value else function)
     except (OSError, TypeError):
         source = ""
     return payload, source

@@ -9,6 +9,7 @@ as for every raydp command.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -139,6 +140,16 @@ def add_commands(sub, parser_class) -> None:
     x.add_argument("--mechanism-args")
     _add_budget_flags(x)
     x.set_defaults(func=cmd_remote_release)
+    x = rsub.add_parser("release-code", parents=[common],
+                        help="a release of your own function, on a data set whose curator allows code")
+    x.add_argument("dataset")
+    x.add_argument("--code", required=True, metavar="FILE.py:FUNCTION",
+                   help="the function, in a Python file of yours (imported here, on your machine; the service gets "
+                        "it pickled, with the file's text as its source, and runs it only in its sandbox)")
+    x.add_argument("--mechanism", default="laplace", choices=("laplace", "gaussian", "exponential", "bernstein"))
+    x.add_argument("--mechanism-args")
+    _add_budget_flags(x)
+    x.set_defaults(func=cmd_remote_release_code)
     x = rsub.add_parser("fit", parents=[common], help="a scikit-learn model released (its parameters)")
     x.add_argument("dataset")
     x.add_argument("--estimator", required=True,
@@ -428,6 +439,40 @@ def cmd_remote_release(a) -> int:
                              delta=a.delta, gamma=a.gamma, mechanism=a.mechanism,
                              mechanism_args=_json_arg(a.mechanism_args, "--mechanism-args"), request_id=a.request_id,
                              wait=a.wait)
+    r = job["result"]
+    return _print(a, job, f"{r['value']}\n{r['statement']}")
+
+
+def _function_from_file(spec: str):
+    """``FILE.py:FUNCTION`` -> the function, the file imported as a module of its own (in ``sys.modules``, so that
+    the client pickles it by value)."""
+    import importlib.util
+
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path.endswith(".py") or not name.isidentifier():
+        raise InvalidArgumentError(f"--code must be FILE.py:FUNCTION, got {spec!r}")
+    if not os.path.isfile(path):
+        raise InvalidArgumentError(f"--code: no file {path!r}")
+    module_name = "submitted_" + hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:12]
+    loader = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[module_name] = module
+    try:
+        loader.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - your own file, on your own machine: its error is yours to see
+        raise InvalidArgumentError(f"--code: importing {path} raised {type(exc).__name__}: {exc}".splitlines()[0]) \
+            from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise InvalidArgumentError(f"--code: {path} has no function {name!r}")
+    return function
+
+
+def cmd_remote_release_code(a) -> int:
+    function = _function_from_file(a.code)
+    job = _client(a).release_code(a.dataset, function, epsilon=a.epsilon, delta=a.delta, gamma=a.gamma,
+                                  mechanism=a.mechanism, mechanism_args=_json_arg(a.mechanism_args, "--mechanism-args"),
+                                  request_id=a.request_id, wait=a.wait)
     r = job["result"]
     return _print(a, job, f"{r['value']}\n{r['statement']}")
 

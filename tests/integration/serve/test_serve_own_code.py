@@ -183,7 +183,7 @@ def test_a_function_is_released_its_delta_reused_and_its_source_and_hash_audited
     Δ̂ (keyed by the payload's hash); the request's audit row holds the source text and the payload's SHA-256,
     and the job's stored body holds the hash, not the payload."""
     payload, source = code_payload(ct.mean)
-    assert source == inspect.getsource(ct.mean)
+    assert source == inspect.getsource(ct)  # the module travels by value: its whole text is the source kept
     first = release(srv, ct.mean)
     assert first["status"] == "released", first
     r = first["result"]
@@ -499,3 +499,31 @@ def test_sampling_on_ray_workers_runs_in_the_sandbox(srv):
     assert job["status"] == "released", job
     assert seen, "no sandbox was started by a Ray worker"
     assert srv.listener.seen[n0:] == []
+
+
+def test_the_cli_releases_a_function_from_a_file_and_keeps_the_files_text(srv, tmp_path):
+    """``raydp remote release-code DATASET --code FILE.py:FUNCTION``: the file imported on the analyst's side, its
+    function released (value near the private mean, the statement), the file's text the source in the audit row;
+    a malformed ``--code``, a missing file or function, and a file that raises on import: one line, exit 2."""
+    file = tmp_path / "my_target.py"
+    text = "import numpy as np\n\n\ndef clipped_mean(d):\n    return float(np.clip(d, -50.0, 50.0).mean())\n"
+    file.write_text(text)
+    p = su.cli("remote", "release-code", "code", "--code", f"{file}:clipped_mean", "--epsilon", "0.5", "--gamma", "0.1",
+               "--wait", "240", token=srv.tokens["alice"], url=srv.url, timeout=300)
+    assert p.returncode == 0, p.stderr
+    value, statement = p.stdout.splitlines()[:2]
+    truth = float(np.mean(np.clip(ct.private_data(), -50.0, 50.0)))
+    assert abs(float(value) - truth) < 5.0, (value, truth)  # Laplace noise at ε = 0.5 on a clipped mean
+    assert statement.startswith("(0.5, 0, 0.1)-random differential privacy")
+    rows = Client(srv.url, srv.token).audit()
+    request = [x for x in rows if x["action"] == "request" and "code sha256:" in (x["target"] or "")][-1]
+    import json
+
+    assert json.loads(request["detail"])["source"] == text
+    (tmp_path / "raises.py").write_text("raise RuntimeError('not today')\n")
+    for bad, words in ((f"{file}", "must be FILE.py:FUNCTION"), (f"{tmp_path}/none.py:f", "no file"),
+                       (f"{file}:missing", "no function 'missing'"),
+                       (f"{tmp_path}/raises.py:f", "raised RuntimeError: not today")):
+        p = su.cli("remote", "release-code", "code", "--code", bad, "--epsilon", "0.5", "--gamma", "0.1",
+                   token=srv.tokens["alice"], url=srv.url)
+        assert p.returncode == 2 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1, (bad, p.stderr)

@@ -157,3 +157,11 @@ def write(out: str, name: str, report: dict, markdown: str) -> tuple[str, str]:
     with open(paths[1], "w") as f:
         f.write(markdown if markdown.endswith("\n") else markdown + "\n")
     return paths
+
+
+def publish(out: str, name: str, report: dict, markdown: str) -> tuple[str, str]:
+    """:func:`write`, then the report on stdout and where it went (every job ends this way)."""
+    paths = write(out, name, report, markdown)
+    print(markdown)
+    print(f"\nwrote {paths[0]} and {paths[1]}")
+    return paths

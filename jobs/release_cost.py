@@ -152,9 +152,7 @@ def main(argv=None) -> int:
                f"{_report.spread_text([f[0] for f in first], '{:.2f}')} s for the first release against "
                f"{_report.spread_text([f[1] for f in first], '{:.3f}')} s for the second ({len(first)} fresh "
                "interpreters). `sample_then_respond` and `PrivateEstimator.fit` start it while Δ̂ is sampled.\n")
-    paths = _report.write(a.out, "release_cost", report, md)
-    print(md)
-    print(f"\nwrote {paths[0]} and {paths[1]}")
+    _report.publish(a.out, "release_cost", report, md)
     return 0
 
 

@@ -187,9 +187,7 @@ def main(argv=None) -> int:
            f"seconds per block, at least min({witness.MIN_REPLAY}, m): a run this cheap affords fewer than "
            f"{witness.MIN_REPLAY}, so the floor decides and replay takes more than {witness.REPLAY_SHARE:.0%} of its "
            "sampling time (milliseconds).\n")
-    paths = _report.write(a.out, "replay_power", report, md)
-    print(md)
-    print(f"\nwrote {paths[0]} and {paths[1]}")
+    _report.publish(a.out, "replay_power", report, md)
     return 0
 
 

@@ -198,9 +198,7 @@ def main(argv=None) -> int:
             md += (f"\n\nAfterwards the shared audit log held {pg['audit_rows']} rows and verified "
                    f"{'intact' if pg['audit_ok'] else 'BROKEN'}; the data set's spent ε was {pg['spent_epsilon']:g} "
                    f"for {pg['served_releases']} releases of ε = {EPSILON} (exact sums).\n")
-        paths = _report.write(a.out, "serve_throughput", report, md)
-        print(md)
-        print(f"\nwrote {paths[0]} and {paths[1]}")
+        _report.publish(a.out, "serve_throughput", report, md)
     finally:
         for p in [proc, *pg_procs]:
             if p is not None:

@@ -239,9 +239,7 @@ def main(argv=None) -> int:
         report["line"] = line_section(a.seeds)
     report["load_at_end"] = round(os.getloadavg()[0], 2)
     md = markdown(report)
-    paths = _report.write(a.out, "sklearn_pair_speed", report, md)
-    print(md)
-    print(f"\nwrote {paths[0]} and {paths[1]}")
+    _report.publish(a.out, "sklearn_pair_speed", report, md)
     return 0
 
 

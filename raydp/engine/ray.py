@@ -45,8 +45,9 @@ driver (node affinity, the node with the fewest of the run's tasks per slot), as
 Ray (:func:`_tracked`'s epoch: its own queue and worker requests), until a task finishes on the
 suspect node again. The first copy to finish is yielded, once per group, so the reducer and the
 store see every block exactly once; a later copy's result is compared with it and dropped. A task
-whose copies all fail is lost as before. To know where a task runs, a tracked task writes one key
-to Ray's internal key-value store when it starts and deletes it when it ends (:func:`_tracked`).
+whose copies all fail is lost as before. To know where a task runs, a tracked task that has run
+:data:`MARK_AFTER` seconds writes one key to Ray's internal key-value store (:func:`_tracked`); a
+shorter task never calls the GCS.
 These are the backup tasks of Dean & Ghemawat, "MapReduce: Simplified Data Processing on Large
 Clusters" (OSDI 2004), used for stragglers at any point of a run; copying the last wave's tasks
 onto idle slots, as that paper does, did not pay on the 64-slot simulated cluster and is off
@@ -130,27 +131,38 @@ def _remote(fn: Callable, epoch: int = 0):
 
 
 # ---- where a task runs ----------------------------------------------------------------------
-# A task that the driver tracks writes one key to Ray's internal key-value store (in the GCS) when it
-# starts and deletes it when it ends: <prefix><copy>/<node id>/<wall-clock start>. One listing of the
-# prefix tells the driver which node runs which task and since when, for every task at once (~0.4 ms;
-# the worker pays two GCS calls per task, ~1 ms). Ray itself says where a task runs only through its
-# state API, which needs the dashboard.
+# A task that the driver tracks and that has run MARK_AFTER seconds writes one key to Ray's internal
+# key-value store (in the GCS): <prefix><bucket>/<copy>/<node id>/<wall-clock start>. One listing of
+# the prefix tells the driver which node runs which task and since when, for every such task at once
+# (~0.4 ms). A shorter task never calls the GCS, and no task deletes its key: each call costs ~0.25 ms
+# of the worker's CPU and as much of the GCS's — on a small host running many slots, a write and a
+# delete per task took 2% of the wide case's efficiency with 1 s tasks (jobs/scale_sim.py), and on a
+# wide cluster of short tasks they would be thousands of GCS calls a second. The driver ignores a
+# finished copy's key and deletes the keys BUCKET copies at a time once none of them is awaited
+# (:meth:`_Watch.forget`), and the run's prefix at its end. The key says when the task started, so a
+# late task is judged from its start; it is seen at most MARK_AFTER s later (the driver looks every
+# WATCH_SECONDS, and a deadline is seconds past the expected time). A copy that hangs before its key
+# is written (a frozen process, a target holding the GIL) is never seen running: the scheduler judges
+# it from its submission, and copies it once it is late and a slot is free (raydp.engine.schedule).
+# Ray itself says where a task runs only through its state API, which needs the dashboard.
 _KV_NAMESPACE = "raydp"
+MARK_AFTER = 0.5
+BUCKET = 256
 
 
 def _tracked(fn: Callable, epoch: int = 0) -> Callable:
-    """``fn`` that tells the driver where and when it starts. Each ``epoch`` is a function of its own
-    for Ray (its code is pickled with the number), so its tasks are queued and leased apart: Ray
-    keeps only a few worker requests in flight per kind of task, and a request it sent to a node that
-    stopped answering waits for ever, holding up every task of that kind."""
+    """``fn`` that tells the driver where and when it starts (:class:`_StartMark`). Each ``epoch`` is a
+    function of its own for Ray (its code is pickled with the number), so its tasks are queued and
+    leased apart: Ray keeps only a few worker requests in flight per kind of task, and a request it
+    sent to a node that stopped answering waits for ever, holding up every task of that kind."""
 
     def call(key, shared, group, *args):
-        key = _register(key) if key is not None else None
+        mark = _StartMark(key) if key is not None else None
         try:
             return fn(shared, group, *args)
         finally:
-            if key is not None:
-                _unregister(key)
+            if mark is not None:
+                mark.end()
 
     call.__name__ = getattr(fn, "__name__", "task")  # the name Ray's own messages give the task
     call.__qualname__ = getattr(fn, "__qualname__", call.__name__)
@@ -158,25 +170,88 @@ def _tracked(fn: Callable, epoch: int = 0) -> Callable:
     return call
 
 
-def _register(prefix: str) -> bytes | None:
-    try:
-        import ray
-        from ray.experimental import internal_kv
+class _StartMark:
+    """One tracked copy's key in the internal key-value store, written (with the copy's own start time)
+    once the copy has run ``after`` seconds (:data:`MARK_AFTER`) by the worker process's one marking
+    thread (:class:`_Marker`) — unless the copy has ended by then. Best effort: a task never fails for
+    it."""
 
-        key = f"{prefix}/{ray.get_runtime_context().get_node_id()}/{time.time():.3f}".encode()
-        internal_kv._internal_kv_put(key, b"", namespace=_KV_NAMESPACE)
-        return key
-    except Exception:  # tracking is best effort: a task never fails for it
-        return None
+    def __init__(self, prefix: str, after: float | None = None):
+        import threading
+
+        self.prefix, self.start = prefix, time.time()
+        self.ended = False
+        self.lock = threading.Lock()
+        try:
+            import ray
+
+            self.node = ray.get_runtime_context().get_node_id()
+        except Exception:
+            return
+        _marker.add(self, time.monotonic() + (MARK_AFTER if after is None else after))
+
+    def write(self) -> None:
+        with self.lock:  # end() waits for a write under way: no key is written after its copy ended
+            if self.ended:
+                return
+            try:
+                from ray.experimental import internal_kv
+
+                key = f"{self.prefix}/{self.node}/{self.start:.3f}".encode()
+                internal_kv._internal_kv_put(key, b"", namespace=_KV_NAMESPACE)
+            except Exception:
+                pass
+
+    def end(self) -> None:
+        with self.lock:
+            self.ended = True
 
 
-def _unregister(key: bytes) -> None:
-    try:
-        from ray.experimental import internal_kv
+class _Marker:
+    """The worker process's one thread that writes the start marks that fell due (a thread per task
+    would cost more than most marks: a short copy ends before its mark is due and costs a heap entry)."""
 
-        internal_kv._internal_kv_del(key, namespace=_KV_NAMESPACE)
-    except Exception:
-        pass
+    def __init__(self):
+        import threading
+
+        self.cond = threading.Condition()
+        self.due: list = []  # heap of (when, n, mark)
+        self.count = 0
+        self.thread: Any = None
+
+    def add(self, mark: _StartMark, when: float) -> None:
+        import heapq
+        import threading
+
+        with self.cond:
+            self.count += 1
+            heapq.heappush(self.due, (when, self.count, mark))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="raydp-start-marks", daemon=True)
+                self.thread.start()
+            elif self.due[0][2] is mark:
+                self.cond.notify()
+
+    def _run(self) -> None:
+        import heapq
+
+        while True:
+            with self.cond:
+                while True:
+                    while self.due and self.due[0][2].ended:
+                        heapq.heappop(self.due)
+                    if not self.due:
+                        self.cond.wait()
+                        continue
+                    wait = self.due[0][0] - time.monotonic()
+                    if wait <= 0:
+                        mark = heapq.heappop(self.due)[2]
+                        break
+                    self.cond.wait(wait)
+            mark.write()
+
+
+_marker = _Marker()
 
 
 def _ray_lines_to_stderr() -> None:
@@ -213,6 +288,7 @@ class _Watch:
         self.nodes: dict[str, dict] = {}  # id -> {"address", "port", "alive", "resources"}
         self.track = self.backups = self.many = False
         self.used_kv = False
+        self.forgotten = 0  # the buckets below this one are deleted
         self.lost: set[str] = set()  # nodes alive at some point of the run and dead now
         self.poll_nodes()
 
@@ -297,7 +373,26 @@ class _Watch:
         if not self.track:
             return None
         self.used_kv = True
-        return f"{self.prefix}{seq}"
+        return f"{self.prefix}{seq // BUCKET}/{seq}"
+
+    def forget(self, live_seqs) -> None:
+        """Delete the keys of the buckets below the lowest copy still awaited (copies are numbered in
+        submission order, so none of theirs is awaited again): one GCS call per :data:`BUCKET` copies."""
+        lowest = min(live_seqs, default=None)
+        if not self.used_kv or lowest is None:
+            return  # nothing awaited: the run ends, and close() deletes the prefix
+        below = lowest // BUCKET
+        if below <= self.forgotten:
+            return
+        try:
+            from ray.experimental import internal_kv
+
+            for bucket in range(self.forgotten, below):
+                internal_kv._internal_kv_del(f"{self.prefix}{bucket}/", del_by_prefix=True,
+                                             namespace=_KV_NAMESPACE)
+            self.forgotten = below
+        except Exception:
+            pass
 
     def starts(self) -> list[tuple[int, str, float]]:
         """``(seq, node, start)`` of the tracked copies running now (``start`` on ``time.monotonic()``'s
@@ -314,7 +409,7 @@ class _Watch:
         out = []
         for raw in keys:
             try:
-                seq, nid, wall = raw.decode()[len(self.prefix):].split("/")
+                _, seq, nid, wall = raw.decode()[len(self.prefix):].split("/")
                 out.append((int(seq), nid, float(wall) - offset))
             except (ValueError, UnicodeDecodeError):
                 continue
@@ -480,6 +575,7 @@ def _look(sched: Scheduler, watch: _Watch) -> None:
     lost = watch.poll_nodes()
     if sched.live:
         sched.seen_running(watch.starts())
+        watch.forget(c.seq for c in sched.live.values())
     if lost:
         sched.hosts_lost(lost)
     if watch.backups:

@@ -24,12 +24,16 @@ these (``tests/unit/test_scheduler.py``).
 
 When a copy is late. A copy seen running is late once it has run the task's limit
 (:class:`~raydp.engine.grouping.Deadlines`) since it started. A copy never seen running may wait for a
-worker from a node that does not answer; its time runs from its submission, but never from before the
-first result set the expected time (:attr:`Scheduler.calibrated_at`), and it gets
-:data:`UNSEEN_SECONDS` more unless a node already looks lost. Even then it is not late while the pool
-still takes tasks (a copy started within the limit): a cold worker pool, or a queue behind busy slots,
-is no late task. The driver then asks the nodes' raylets whether they answer (every
-:data:`PROBE_EVERY` s at most); one that does not is suspect, and from then on waiting is lateness.
+worker from a node that does not answer, or run on one without having said so (a copy says where it
+runs once it has run :data:`raydp.engine.ray.MARK_AFTER` seconds; a node cut off, or a copy frozen
+before that, cannot). Its time runs from its submission, but never from before the first result set
+the expected time (:attr:`Scheduler.calibrated_at`). Past its limit the nodes are asked whether they
+answer; it is late :data:`UNSEEN_SECONDS` later, or at once if a node already looks lost — but not
+while the pool still takes tasks (a copy started, or a result came back, within the limit): a cold
+worker pool, or a queue behind busy slots, is no late task. A node whose raylet does not answer (asked
+every :data:`PROBE_EVERY` s at most) is suspect, and from then on waiting is lateness. A late copy
+never seen running is replaced by a copy elsewhere — unless every slot is taken and the copy would wait
+in the same queue.
 """
 
 from __future__ import annotations
@@ -390,8 +394,9 @@ class Scheduler:
             return "no other node can run a copy"
         stuck = [c for c in t.live(self.live) if c.late and c.started is None]
         self._bump_epoch()
-        if stuck and all(c.klass == f"{self.epoch} {_klass(placement)}" for c in t.live(self.live)):
-            return "a copy would wait in the same queue"
+        if stuck and len(self.live) >= self.slots and all(c.klass == f"{self.epoch} {_klass(placement)}"
+                                                          for c in t.live(self.live)):
+            return "a copy would wait in the same queue"  # with a slot free it would not: a copy frozen unseen
         for c in stuck:  # a late copy never seen running is replaced, not joined: it may be
             c.dropped = True  # waiting for a worker on a node that does not answer
             del self.live[c.ref]
@@ -462,12 +467,19 @@ class Scheduler:
             self._back_up_node(nid, pairs, avoid, now, s)
 
     def _waited_too_long(self, c: Copy, now: float, limit: float, grace: float) -> tuple[bool, bool]:
-        """(late, waiting) of a copy never seen running: late past its limit (from its submission, never
-        from before the first result) plus ``grace``; only waiting while the pool still takes tasks."""
+        """(late, waiting) of a copy never seen running: waiting past its limit (from its submission, never
+        from before the first result) — the nodes are asked whether they answer —, late past the limit
+        plus ``grace``, and only waiting while the pool still takes tasks."""
         since = max(c.submitted, self.calibrated_at if self.calibrated_at is not None else c.submitted)
-        if now - since <= limit + grace:
+        if now - since <= limit:
             return False, False
-        taking = not self.suspect and self.last_start is not None and now - self.last_start <= limit
+        if now - since <= limit + grace:
+            return False, True  # not late yet, but worth asking: a copy on a cut link is never seen
+        # the pool takes tasks: a copy was seen starting, or a result came back (its slot takes the next;
+        # a copy shorter than raydp.engine.ray.MARK_AFTER is never seen starting)
+        turns = [self.last_start, self.last_result if self.calibrated_at is not None else None]
+        last = max((x for x in turns if x is not None), default=None)
+        taking = not self.suspect and last is not None and now - last <= limit
         return not taking, taking
 
     def _late_by_node(self, now: float, limits: dict) -> tuple[dict, bool]:
@@ -522,8 +534,8 @@ class Scheduler:
         where = (f"on {self.cluster.host(nid)} ran {oldest:.0f} s" if nid is not None else
                  f"waited {oldest:.0f} s for a worker")
         self.note(f"{span(started, self.what)} {where}, past {self.deadlines.factor:g}x the "
-                  f"{expected:.3g} s expected + {self.deadlines.slack:g} s: a copy of each started on another node; "
-                  "the first copy to finish is used"
+                  f"{expected:.3g} s expected + {self.deadlines.slack:g} s: a copy of each started"
+                  f"{' on another node' if nid is not None or avoid else ''}; the first copy to finish is used"
                   + (f"; new tasks keep off {self.cluster.host(nid)}" if nid is not None else ""))
 
     def last_wave(self) -> None:

@@ -250,6 +250,80 @@ def test_a_task_queued_behind_a_cold_pool_is_not_late():
     assert cluster.asked >= 1  # it asked the nodes whether they answer (they did)
 
 
+def test_short_tasks_never_seen_starting_are_not_late_while_results_come_back():
+    """A task shorter than ``MARK_AFTER`` never says where it runs (no GCS call). 120 tasks of 0.4 s
+    submitted at once onto 2 slots, none seen starting: the last ones wait 24 s, far past 3x + 5 s +
+    10 s from their submission — but results keep coming back, so the pool takes tasks: no copy, no
+    line, nothing late."""
+    class Timed(FixedGroups):  # as GuidedGroups: the blocks' running mean, as the tasks measured it
+        block_seconds = 0.4
+
+    clock, ray, notes = Clock(), Ray(), []
+    sched = Scheduler(Timed(list(range(120)), 1), slots=2, in_flight_cap=120, cluster=Cluster(), launch=ray.launch,
+                      cancel=ray.cancel, clock=clock, note=notes.append)
+    sched.fill()
+    t, nxt = 0.0, 0
+    while sched.open and t < 60.0:
+        t = round(t + 0.4, 6)
+        clock.t = t
+        for _ in range(2):  # each slot finishes one and takes the next
+            if nxt < 120:
+                sched.done(f"r{nxt}", "v")
+                nxt += 1
+        sched.check_late()
+        assert not any(c.late for c in sched.live.values()), t
+    assert not sched.open and t == pytest.approx(24.0)
+    assert sched.stats.backups == 0 and len(ray.launched) == 120 and notes == [] and not sched.suspect
+
+
+def test_a_copy_never_seen_on_a_silent_node_is_copied_once_past_its_limit():
+    """A copy on a node cut off right after it started never says where it runs (its key cannot reach
+    the GCS), while the other node keeps returning results. Past the copy's limit (3 x 1 s + 5 s after
+    the first result) the nodes are asked, "b" does not answer, and the copy gets a copy on "a" at
+    once — not UNSEEN_SECONDS later."""
+    sched, clock, ray, cluster, notes = make(items=40, slots=2, cap=2, cluster=Cluster(silent=("b",)),
+                                             what="blocks")
+    sched.fill()
+    finish_first(sched, clock, ray)  # [0] on "a" in 1 s; [1] (r1) went to "b" and is never seen
+    t, copied_at = 1.0, None
+    while copied_at is None and t < 40.0:
+        sched.fill()
+        t += 0.5
+        clock.t = t
+        for ref in [r for r, c in sched.live.items() if c.seq != 1]:  # "a" keeps finishing its tasks
+            sched.done(ref, "v")
+        sched.check_late()
+        if sched.stats.backups:
+            copied_at = t
+    # its limit is at most 3 x 1 s + 5 s (the mean item time falls as "a" keeps finishing): copied within
+    # a check of it, long before the UNSEEN_SECONDS more a copy not known to be stuck gets
+    assert copied_at is not None and 1.0 + 5.0 < copied_at <= 1.0 + 8.0 + 0.5 < 1.0 + 5.0 + UNSEEN_SECONDS, copied_at
+    assert "b" in sched.suspect and cluster.asked == 1
+    assert notes[0] == "host-b does not answer: new tasks keep off it"
+    assert ray.launched[-1]["group"] == [1] and ray.node_of(f"r{len(ray.launched) - 1}") == "a"
+
+
+def test_a_copy_frozen_before_it_said_where_it_runs_is_copied_once_late_with_a_slot_free():
+    """A copy frozen in its first ``MARK_AFTER`` seconds (SIGSTOP, a target holding the GIL) never says
+    where it runs; its node answers. The other task is done, a slot is free: once the copy is late
+    (its limit and UNSEEN_SECONDS after the first result) it is replaced by a copy — it cannot be
+    waiting in a queue with a slot free."""
+    sched, clock, ray, cluster, notes = make(items=2, slots=2, cap=2, what="blocks")
+    sched.fill()
+    finish_first(sched, clock, ray)  # [0] on "a" in 1 s: limit 3 x 1 s + 5 s; [1] never seen
+    t = 1.0
+    while not sched.stats.backups and t < 60.0:
+        t += 0.5
+        clock.t = t
+        sched.check_late()
+    assert 1.0 + 8.0 + UNSEEN_SECONDS < t <= 1.0 + 8.0 + UNSEEN_SECONDS + 0.5, t
+    assert cluster.asked >= 1 and not sched.suspect  # asked from its limit on: every node answers
+    assert ray.launched[-1]["group"] == [1] and ray.cancelled == [("r1", False)]
+    assert notes == ["1 task (1 block: 1) waited 20 s for a worker, past 3x the 1 s expected + 5 s: a copy of each "
+                     "started; the first copy to finish is used"]
+    assert sched.done("r2", "v1") == ([1], "v1") and not sched.open
+
+
 def test_a_task_that_waited_past_its_time_is_judged_from_its_start_once_running():
     sched, clock, ray, _, notes = make(items=4, slots=1, cap=4, cluster=Cluster(nodes=("a",)), backup_tasks=False)
     sched.fill()

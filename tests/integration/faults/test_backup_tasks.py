@@ -80,3 +80,47 @@ def test_a_copy_killed_past_task_timeout_is_no_failure_when_its_backup_finished(
     np.testing.assert_array_equal(est.sample, clean.sample)
     assert est.failures == 0 and est.failure_kinds == {}
     assert stats.backups_won >= 1 and stats.expired >= 1, stats.to_dict()
+
+
+def test_a_copy_says_where_it_runs_once_it_has_run_a_while_and_the_driver_forgets_it_by_bucket(ray_session):
+    """A tracked copy writes its key (node, start) once it has run ``MARK_AFTER`` seconds — a short one
+    never calls the GCS — saying when it began, not when it wrote; no copy deletes its key: the driver
+    deletes them a bucket at a time once no copy of the bucket is awaited, and the run's prefix at its
+    end."""
+    import time
+
+    from ray.experimental import internal_kv
+
+    def listed(prefix):
+        return sorted(k.decode()[len(prefix):].split("/") for k in
+                      internal_kv._internal_kv_list(prefix, namespace=ray_engine._KV_NAMESPACE))
+
+    def nap(shared, group, seconds):
+        began = time.time()
+        time.sleep(seconds)
+        return group, began
+
+    class Backend:
+        backup_tasks = True
+
+    watch = ray_engine._Watch(Backend())
+    b = ray_engine.BUCKET
+    task = ray_session.remote(ray_engine._tracked(nap))
+    t0 = time.time()
+    naps = {0: 0.05, 1: 1.0, b: 4.0, 2 * b: 1.0}  # copy -> seconds
+    refs = {seq: task.remote(watch.key(seq), None, [seq], s) for seq, s in naps.items()}
+    results = {seq: ray_session.get(refs[seq]) for seq in (0, 1, 2 * b)}
+    keys = listed(watch.prefix)
+    assert [k[:2] for k in keys] == [["0", "1"], ["1", str(b)], ["2", str(2 * b)]], keys  # not the short one
+    node = ray_session.get_runtime_context().get_node_id()
+    assert all(k[2] == node for k in keys)
+    for bucket, seq, _, start in keys:
+        if int(seq) in results:
+            assert abs(float(start) - results[int(seq)][1]) < 0.1  # when the copy began, not when it wrote
+    assert sorted(seq for seq, _, _ in watch.starts()) == [1, b, 2 * b]
+    watch.forget([b, 2 * b])  # copy b still awaited: bucket 0 goes, 1 and 2 stay
+    assert [k[1] for k in listed(watch.prefix)] == [str(b), str(2 * b)]
+    group, began = ray_session.get(refs[b])
+    assert group == [b] and t0 <= began and time.time() - began >= naps[b]
+    watch.close()
+    assert listed(watch.prefix) == []

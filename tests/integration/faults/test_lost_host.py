@@ -69,21 +69,26 @@ def _stored_pairs(uri) -> np.ndarray:
     return np.concatenate(rows) if rows else np.empty(0, np.int64)
 
 
-def _busy_worker(trace: Path, node_id: str) -> int | None:
-    """A task worker of node ``node_id`` that evaluated a pair within the last 0.3 s (its pid)."""
+def _busy_worker(trace: Path, node_id: str, calls: int = 1) -> int | None:
+    """A task worker of node ``node_id`` that started its ``calls``-th evaluation (or a later one) within
+    the last 0.3 s (its pid)."""
     for f in trace.glob("node-*"):
         pid = int(f.name.split("-", 1)[1])
         try:
-            if f.read_text() == node_id and time.time() - (trace / f"calls-{pid}").stat().st_mtime < 0.3:
+            made = trace / f"calls-{pid}"
+            if (f.read_text() == node_id and time.time() - made.stat().st_mtime < 0.3
+                    and made.stat().st_size >= calls):
                 return pid
         except OSError:
             continue
     return None
 
 
-def _estimate(cluster, tmp_path: Path, m: int, delay: float, freeze) -> tuple[subprocess.CompletedProcess, float]:
+def _estimate(cluster, tmp_path: Path, m: int, delay: float, freeze,
+              calls: int = 1) -> tuple[subprocess.CompletedProcess, float]:
     """``raydp estimate --json`` on the cluster; ``freeze(pid)`` is called once a task worker of the
-    worker node evaluates pairs and returns the pids it stopped (continued again at the end)."""
+    worker node starts its ``calls``-th evaluation and returns the pids it stopped (continued again at
+    the end)."""
     trace, store = tmp_path / "trace", tmp_path / "store"
     trace.mkdir()
     env = dict(cluster.env, PYTHONPATH=str(SUPPORT), RAYDP_PROGRESS_INTERVAL="2")
@@ -100,7 +105,7 @@ def _estimate(cluster, tmp_path: Path, m: int, delay: float, freeze) -> tuple[su
     try:
         while proc.poll() is None and time.monotonic() - t0 < 240:
             if not stopped:
-                pid = _busy_worker(trace, cluster.worker_node_ids[0])
+                pid = _busy_worker(trace, cluster.worker_node_ids[0], calls)
                 if pid is not None:
                     stopped = freeze(pid)
             time.sleep(0.05)
@@ -133,16 +138,17 @@ def _check_result(done, tmp_path: Path, m: int) -> dict:
 
 
 def test_a_frozen_task_gets_a_backup_on_the_other_node(cluster, tmp_path):
-    """Two pairs of 1 s, one task each. The worker node's task worker is frozen: its task is copied to
-    the head once it has run 3 × 1 s + 5 s; until then nothing comes back, and the progress lines
-    say what is outstanding, where, for how long."""
+    """Two pairs of 2 s, one task each. The worker node's task worker is frozen in its second evaluation
+    (1 s into the task: past ``MARK_AFTER``, so it has said where it runs): its task is copied to the
+    head once it has run 3 × 2 s + 5 s; until then nothing comes back, and the progress lines say what
+    is outstanding, where, for how long. (A copy frozen before it said so: tests/unit/test_scheduler.py.)"""
     wid = cluster.worker_node_ids[0]
 
     def freeze(pid):
         os.kill(pid, signal.SIGSTOP)
         return [pid]
 
-    done, wall = _estimate(cluster, tmp_path, m=2, delay=0.5, freeze=freeze)
+    done, wall = _estimate(cluster, tmp_path, m=2, delay=1.0, freeze=freeze, calls=2)
     print(f"\n[frozen task] {wall:.1f} s; stderr:\n{done.stderr[-3000:]}")
     _check_result(done, tmp_path, 2)
     lines = done.stderr.splitlines()

@@ -80,39 +80,39 @@ def _rate(target, oracle, m: int, seed: int) -> float:
     return m / (time.perf_counter() - t0)
 
 
-def pairs_section(repeats: int, before_m: int, after_m: int) -> dict:
+def pairs_section(repeats: int, fits_m: int, fast_m: int) -> dict:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
-        return _pairs_section(repeats, before_m, after_m)
+        return _pairs_section(repeats, fits_m, fast_m)
 
 
-def _pairs_section(repeats: int, before_m: int, after_m: int) -> dict:
+def _pairs_section(repeats: int, fits_m: int, fast_m: int) -> dict:
     out = {}
     for name, make, kind in _models():
         public = _public(kind)
         oracle = oracles.bootstrap(public)
-        after = _target(make, public)
+        fast_target = _target(make, public)
         with fast.disabled():
-            before = _target(make, public)
-        rates = {"before": [], "after": [], "ratio": []}
+            fits_target = _target(make, public)
+        rates = {"fits": [], "fast": [], "ratio": []}
         for r in range(repeats):
-            b = _rate(before, oracle, before_m, seed=r)
-            a = _rate(after, oracle, after_m, seed=r)
-            rates["before"].append(b)
-            rates["after"].append(a)
+            b = _rate(fits_target, oracle, fits_m, seed=r)
+            a = _rate(fast_target, oracle, fast_m, seed=r)
+            rates["fits"].append(b)
+            rates["fast"].append(a)
             rates["ratio"].append(a / b)
         # the G of the fast form against the released function's on the same pairs (same seed and blocks)
         kw = dict(m=512, k=512, options=SamplerOptions(seed=11, block_size=64, keep_sample=True, backend="local",
                                                       progress=False))
-        f = raydp.estimate_sensitivity(after, oracle, N, **kw)
-        c = raydp.estimate_sensitivity(Cold(after), oracle, N, **kw)
+        f = raydp.estimate_sensitivity(fast_target, oracle, N, **kw)
+        c = raydp.estimate_sensitivity(Cold(fast_target), oracle, N, **kw)
         out[name] = {"rates": rates, "max_g_difference": float(np.max(np.abs(f.sample - c.sample))),
                      "delta_hat": float(c.sensitivity),
                      "delta_hat_difference": float(abs(f.sensitivity - c.sensitivity)),
-                     "pair_form": "pair_batch" if callable(getattr(after, "pair_batch", None)) else "batch"}
-        print(f"{name}: scikit-learn fits {_report.spread_text(rates['before'], '{:.0f}')} pairs/s, fast forms "
-              f"{_report.spread_text(rates['after'], '{:.0f}')} pairs/s", flush=True)
+                     "pair_form": "pair_batch" if callable(getattr(fast_target, "pair_batch", None)) else "batch"}
+        print(f"{name}: scikit-learn fits {_report.spread_text(rates['fits'], '{:.0f}')} pairs/s, fast forms "
+              f"{_report.spread_text(rates['fast'], '{:.0f}')} pairs/s", flush=True)
     return out
 
 
@@ -153,11 +153,11 @@ def line_section(seeds: int) -> dict:
     out = {}
     for which in ("breast cancer (README)", f"make_classification, {N} rows × {D} columns"):
         public, X, y, Xt, yt = _line_data(which)
-        runs = {"before": [], "after": []}
+        runs = {"fits": [], "fast": []}
         for seed in range(seeds):
             with fast.disabled():  # the fit without fast forms: scikit-learn's fits, the fewest pairs
-                runs["before"].append(_line(public, X, y, Xt, yt, seed, time_budget=None))
-            runs["after"].append(_line(public, X, y, Xt, yt, seed))
+                runs["fits"].append(_line(public, X, y, Xt, yt, seed, time_budget=None))
+            runs["fast"].append(_line(public, X, y, Xt, yt, seed))
             print(f"{which}, seed {seed}: " + "; ".join(
                 f"{LINE_MODES[mode]} {r[-1]['wall']:.1f} s, m={r[-1]['m']}, Δ̂={r[-1]['delta_hat']:.4g}"
                 for mode, r in runs.items()), flush=True)
@@ -165,7 +165,7 @@ def line_section(seeds: int) -> dict:
     return out
 
 
-LINE_MODES = {"before": "scikit-learn fits, fewest pairs", "after": "as written"}  # report keys -> labels
+LINE_MODES = {"fits": "scikit-learn fits, fewest pairs", "fast": "as written"}  # report keys -> labels
 
 
 def _spread(values) -> float:
@@ -178,13 +178,13 @@ def markdown(report: dict) -> str:
     md += (f"\nPairs per second in process (one core, `estimate_sensitivity`, n = {N}, d = {D}), median [min–max] of "
            f"{report['repeats']} interleaved repeats: *scikit-learn fits*: the targets made inside "
            "`raydp.sklearn.fast.disabled()` (every database fitted by scikit-learn; "
-           f"{report['before_m']} pairs a run); *fast forms*: with their fast forms ({report['after_m']} pairs a run). "
+           f"{report['fits_m']} pairs a run); *fast forms*: with their fast forms ({report['fast_m']} pairs a run). "
            "*G vs released*: the same 512 pairs through the fast form and database by database through the "
            "function the release fits (`__call__`), the largest difference of a G and of Δ̂ = G_(512).\n\n")
     rows = []
     for name, r in p.items():
-        rows.append([name, _report.spread_text(r["rates"]["before"], "{:.0f}"),
-                     _report.spread_text(r["rates"]["after"], "{:.0f}"),
+        rows.append([name, _report.spread_text(r["rates"]["fits"], "{:.0f}"),
+                     _report.spread_text(r["rates"]["fast"], "{:.0f}"),
                      _report.spread_text(r["rates"]["ratio"], "{:.1f}") + "×", f"`{r['pair_form']}`",
                      f"{r['max_g_difference']:.1e} (Δ̂ {r['delta_hat']:.3g}, differs by {r['delta_hat_difference']:.1e})"])
     md += _report.table(["model", "scikit-learn fits, pairs/s", "fast forms, pairs/s", "speed-up", "form", "G vs released"], rows)
@@ -202,7 +202,7 @@ def markdown(report: dict) -> str:
                "machine). Δ̂ spread is sd / mean across the seeds.\n\n")
         rows = []
         for which, w in report["line"].items():
-            for mode in ("before", "after"):
+            for mode in ("fits", "fast"):
                 runs = w["runs"][mode]
                 deltas = [r["delta_hat"] for r in runs]
                 tuned = sorted({", ".join(f"{k}={v}" for k, v in sorted(r["tuned"].items())) for r in runs})
@@ -227,14 +227,14 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the pairs-per-second runs")
-    ap.add_argument("--before-m", type=int, default=300, help="pairs a run with scikit-learn fits")
-    ap.add_argument("--after-m", type=int, default=5000, help="pairs a run with fast forms")
+    ap.add_argument("--fits-m", type=int, default=300, help="pairs a run with scikit-learn fits")
+    ap.add_argument("--fast-m", type=int, default=5000, help="pairs a run with fast forms")
     ap.add_argument("--seeds", type=int, default=5, help="seeds of the one-liner, each way (0: skip it)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     a = ap.parse_args(argv)
     report = _report.start("sklearn_pair_speed", argv)
-    report.update(repeats=a.repeats, before_m=a.before_m, after_m=a.after_m, seeds=a.seeds)
-    report["pairs"] = pairs_section(a.repeats, a.before_m, a.after_m)
+    report.update(repeats=a.repeats, fits_m=a.fits_m, fast_m=a.fast_m, seeds=a.seeds)
+    report["pairs"] = pairs_section(a.repeats, a.fits_m, a.fast_m)
     if a.seeds > 0:
         report["line"] = line_section(a.seeds)
     report["load_at_end"] = round(os.getloadavg()[0], 2)

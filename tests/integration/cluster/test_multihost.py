@@ -169,6 +169,12 @@ def _run_with_cut(cluster, tmp_path, *, hold: float | None, limit: float):
     The run is killed at ``limit`` seconds."""
     store = tmp_path / "store"
     err = tmp_path / "run.err"
+    # a copy left running by an earlier run (one replaced while its link was cut) would be taken for
+    # this run's task: wait for the workers to be idle first
+    idle_by = time.monotonic() + 120
+    while any(cluster.running_task(f"worker{i}") for i in range(1, cluster.workers + 1)):
+        assert time.monotonic() < idle_by, "a worker still runs an earlier run's task after 120 s"
+        time.sleep(0.1)
     t0 = time.monotonic()
     with open(err, "w") as f:
         proc = cluster.client_popen(_cli("--backend", "ray", "--address", cluster.address, "--store", str(store)),

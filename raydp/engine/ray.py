@@ -172,11 +172,11 @@ def _tracked(fn: Callable, epoch: int = 0) -> Callable:
 
 class _StartMark:
     """One tracked copy's key in the internal key-value store, written (with the copy's own start time)
-    once the copy has run ``after`` seconds (:data:`MARK_AFTER`) by the worker process's one marking
+    once the copy has run :data:`MARK_AFTER` seconds by the worker process's one marking
     thread (:class:`_Marker`) — unless the copy has ended by then. Best effort: a task never fails for
     it."""
 
-    def __init__(self, prefix: str, after: float | None = None):
+    def __init__(self, prefix: str):
         import threading
 
         self.prefix, self.start = prefix, time.time()
@@ -188,7 +188,7 @@ class _StartMark:
             self.node = ray.get_runtime_context().get_node_id()
         except Exception:
             return
-        _marker.add(self, time.monotonic() + (MARK_AFTER if after is None else after))
+        _marker.add(self, time.monotonic() + MARK_AFTER)
 
     def write(self) -> None:
         with self.lock:  # end() waits for a write under way: no key is written after its copy ended
